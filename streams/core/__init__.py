@@ -1,0 +1,1 @@
+"""The pure decision core: records, the ports it talks through, and the cascade."""

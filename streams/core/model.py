@@ -1,0 +1,99 @@
+"""Values the core decides on and the verdicts it produces.
+
+Everything here is plain data: no I/O, no clocks, so the same document always
+yields the same decision given the same state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Stage(StrEnum):
+    """The cascade's stages, cheapest first."""
+
+    URL = "url"
+    CONTENT = "content"
+    SIMHASH = "simhash"
+    SEMANTIC = "semantic"
+
+
+class Verdict(StrEnum):
+    UNIQUE = "unique"
+    DUPLICATE = "duplicate"
+    REVIEW = "review"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelId:
+    """Name and version of an embedding model: vectors of different models never meet."""
+
+    name: str
+    version: str
+    dim: int
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(slots=True)
+class Document:
+    """A validated article with the features every stage needs.
+
+    `text` is the normalised headline + body; `simhash` is an unsigned 64-bit int;
+    `published_at` is Unix seconds (UTC).
+    """
+
+    doc_id: str
+    url: str
+    normalized_url: str
+    url_hash: str
+    content_hash: str
+    text: str
+    language: str
+    simhash: int
+    published_at: int
+    article: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Canonical:
+    """A canonical as the SimHash band index holds it. `seq` orders first-seen."""
+
+    doc_id: str
+    simhash: int
+    language: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """The nearest canonical vector found by a vector store."""
+
+    doc_id: str
+    score: float
+    published_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One verdict: a document is unique, or points at its canonical.
+
+    `canonical_id` is the document's own id when unique and always names a
+    canonical otherwise (never a duplicate, so links cannot chain). `score` is a
+    Hamming distance for `simhash`, a cosine for `semantic`, and None for the
+    exact stages and for unique documents.
+    """
+
+    doc_id: str
+    verdict: Verdict
+    canonical_id: str
+    stage: Stage | None = None
+    score: float | None = None
+    model: str | None = None
+
+    @classmethod
+    def unique(cls, doc_id: str) -> Link:
+        return cls(doc_id=doc_id, verdict=Verdict.UNIQUE, canonical_id=doc_id)

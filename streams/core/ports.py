@@ -1,0 +1,65 @@
+"""The interfaces the cascade talks through.
+
+As in datasketch's storage layer, the algorithm never sees Redis, SQLite or
+Qdrant: it sees these protocols. Each adapter implements one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from streams.core.model import Canonical, Link, ModelId, Neighbour
+
+
+class StateStore(Protocol):
+    """Exact-key index, SimHash band sets and the verdict of every document seen."""
+
+    def verdict_of(self, doc_id: str) -> Link | None:
+        """The verdict already given to `doc_id`, so a redelivery gets the same one."""
+
+    def record_verdict(self, link: Link) -> None: ...
+
+    def exact_lookup(self, key: str) -> str | None:
+        """The canonical an exact key (URL or content hash) points to, if any."""
+
+    def exact_claim(self, key: str, canonical_id: str) -> str:
+        """Point `key` at `canonical_id` unless it already points somewhere.
+
+        Atomic set-if-absent; returns the canonical the key points to afterwards.
+        """
+
+    def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
+        """Canonicals of `language` sharing at least one band value, at index i."""
+
+    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> Canonical:
+        """Register a canonical in the band sets; assigns its first-seen `seq`."""
+
+    def grow_group(self, canonical_id: str) -> int:
+        """Count one more member in the canonical's group; returns the new size."""
+
+    def group_size(self, canonical_id: str) -> int: ...
+
+
+class VectorStore(Protocol):
+    """Canonical vectors, one collection per embedding model, searched in a time window."""
+
+    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
+        """The most similar canonical published within `window_s` of `published_at`.
+
+        Ties go to the oldest (earliest `published_at`, then smallest id).
+        """
+
+    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None: ...
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors of one model."""
+
+    @property
+    def model_id(self) -> ModelId: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """A float32 array of shape (len(texts), dim), rows L2-normalised."""

@@ -1,0 +1,1 @@
+"""Pure feature extraction: URL and content normalisation, language, SimHash."""

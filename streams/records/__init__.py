@@ -1,0 +1,1 @@
+"""Record formats: parsing raw articles, serialising links and deduped articles."""
