@@ -31,6 +31,9 @@ class StateStore(Protocol):
         Atomic set-if-absent; returns the canonical the key points to afterwards.
         """
 
+    def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
+        """Re-point `key` from `expected` to `canonical_id` (compare-and-set); False if it changed meanwhile."""
+
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         """Canonicals of `language` sharing at least one band value, at index i."""
 

@@ -1,0 +1,118 @@
+"""The `dedup` command line."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
+
+from streams import __version__
+from streams.config import Settings
+from streams.core.model import Stage
+
+app = typer.Typer(
+    help="Deduplicate news streams with a cost-ordered cascade: URL, content hash, SimHash, embeddings.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err = Console(stderr=True)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Expected failures (bad paths, bad configuration, a busy state folder) end in one line, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+            err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False)
+        except (OSError, ValueError, RuntimeError) as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2)
+
+    return wrapper
+
+
+def _parse_stages(value: str | None) -> list[Stage] | None:
+    if value is None:
+        return None
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    known = {s.value for s in Stage}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise typer.BadParameter(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [Stage(n) for n in names]
+
+
+@app.command("run")
+@one_line_errors
+def run_command(
+    inputs: Annotated[list[str], typer.Argument(help="JSONL files (.gz accepted), or - for standard input.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for links.jsonl, deduped.jsonl, rejected.jsonl.")],
+    state: Annotated[
+        Path | None, typer.Option(help="State folder, kept between runs \\[default: OUT/state].", show_default=False)
+    ] = None,
+    stages: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated stages to run \\[default: url,content,simhash,semantic].", show_default=False),
+    ] = None,
+    sources: Annotated[
+        Path | None, typer.Option(help="TOML of per-host query parameters to keep \\[env: DEDUP_SOURCES].")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML configuration file \\[env: DEDUP_CONFIG].", exists=True, dir_okay=False)
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary table.")] = False,
+) -> None:
+    """Deduplicate JSONL articles with embedded state and the bundled model; no server needed."""
+    from streams.runner.embedded import RunPaths, run
+    from streams.runner.jsonl import input_size
+
+    if config is not None:
+        os.environ["DEDUP_CONFIG"] = str(config)
+    overrides: dict[str, object] = {}
+    if (chosen := _parse_stages(stages)) is not None:
+        overrides["stages"] = chosen
+    if sources is not None:
+        overrides["sources"] = sources
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    paths = RunPaths(out=out, state=state or settings.state_dir or out / "state")
+
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("deduplicating", total=input_size(inputs))
+        stats = run(settings, inputs, paths, on_bytes=lambda n: progress.advance(task, n))
+    if not quiet:
+        err.print(stats.table())
+        err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}", highlight=False)
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,175 @@
+"""The cascade: one document in, one verdict out, cheapest stage first.
+
+The representative rule keeps groups as stars: exact keys (URL and content
+hashes) of every document point at its canonical, which cannot chain because
+equality is transitive; SimHash bands and vectors hold canonicals only, and a
+document joins a group only if it is within threshold of the group's
+canonical (the closest; ties to the oldest). The first seen stays canonical.
+
+The cascade knows its stores only through the ports, and takes vectors from
+its caller, so the same code runs on a file with embedded stores and on Kafka
+with Redis and Qdrant, and the caller decides how to batch the embedder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+
+import numpy as np
+
+from streams.config import Settings
+from streams.core.model import Canonical, Document, Link, ModelId, Stage, Verdict
+from streams.core.ports import StateStore, VectorStore
+from streams.features.simhash import bands, hamming
+
+URL_KEY = "u:"
+CONTENT_KEY = "c:"
+
+
+def nearest_canonical(simhash: int, candidates: list[Canonical], max_distance: int) -> tuple[Canonical, int] | None:
+    """The closest candidate within `max_distance` bits; ties go to the first seen."""
+    best: tuple[int, int, Canonical] | None = None
+    for candidate in candidates:
+        distance = hamming(simhash, candidate.simhash)
+        if distance <= max_distance and (best is None or (distance, candidate.seq) < best[:2]):
+            best = (distance, candidate.seq, candidate)
+    return None if best is None else (best[2], best[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, and whether it was given before (the document is a redelivery)."""
+
+    link: Link
+    repeated: bool = False
+
+
+class Cascade:
+    """Decides verdicts against a state store and, for the semantic stage, a vector store."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        state: StateStore,
+        vectors: VectorStore | None = None,
+        model: ModelId | None = None,
+    ) -> None:
+        self._settings = settings
+        self._state = state
+        self._stages = frozenset(settings.stages)
+        self.semantic = Stage.SEMANTIC in self._stages
+        if self.semantic and (vectors is None or model is None):
+            raise ValueError("the semantic stage needs a vector store and an embedding model")
+        self._vectors = vectors
+        self._model = model
+        if self.semantic and model is not None:
+            self._thresholds = settings.semantic.thresholds_for(model.name)
+            self._window_s = int(settings.semantic.window_hours * 3600)
+        self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
+        """Time spent in each stage's lookups and decisions, for the run summary."""
+
+    def needs_vector(self, doc: Document) -> bool:
+        """Whether `decide` will want this document's vector, given the state right now (read-only)."""
+        return self.semantic and self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
+
+    def decide(self, doc: Document, vector: np.ndarray | None = None) -> Decision:
+        """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict."""
+        prior = self._state.verdict_of(doc.doc_id)
+        if prior is not None:
+            return Decision(prior, repeated=True)
+        link = self._cheap(doc, timed=True)
+        if link is None and self.semantic:
+            if vector is None:
+                raise ValueError(f"document {doc.doc_id} reached the semantic stage without a vector")
+            started = perf_counter()
+            link = self._semantic(doc, vector)
+            self.seconds[Stage.SEMANTIC] += perf_counter() - started
+        if link is None or link.canonical_id == doc.doc_id:
+            link = self._register(doc, vector)
+        else:
+            self._attach(doc, link)
+        self._state.record_verdict(link)
+        return Decision(link)
+
+    def _cheap(self, doc: Document, timed: bool = False) -> Link | None:
+        """Stages 1 to 3: a link to an existing canonical, or None."""
+        for stage in (Stage.URL, Stage.CONTENT, Stage.SIMHASH):
+            if stage in self._stages:
+                started = perf_counter()
+                link = self._exact(doc, stage) if stage is not Stage.SIMHASH else self._simhash(doc)
+                if timed:
+                    self.seconds[stage] += perf_counter() - started
+                if link is not None:
+                    return link
+        return None
+
+    def _exact(self, doc: Document, stage: Stage) -> Link | None:
+        key = URL_KEY + doc.url_hash if stage is Stage.URL else CONTENT_KEY + doc.content_hash
+        canonical = self._state.exact_lookup(key)
+        return None if canonical is None else Link(doc.doc_id, Verdict.DUPLICATE, canonical, stage)
+
+    def _simhash(self, doc: Document) -> Link | None:
+        found = nearest_canonical(
+            doc.simhash,
+            self._state.band_candidates(doc.language, bands(doc.simhash)),
+            self._settings.simhash.threshold(doc.language),
+        )
+        if found is None:
+            return None
+        canonical, distance = found
+        return Link(doc.doc_id, self._near_verdict(canonical.doc_id), canonical.doc_id, Stage.SIMHASH, distance)
+
+    def _semantic(self, doc: Document, vector: np.ndarray) -> Link | None:
+        assert self._vectors is not None and self._model is not None
+        found = self._vectors.nearest(self._model, vector, doc.published_at, self._window_s)
+        if found is None or found.score < self._thresholds.review:
+            return None
+        verdict = self._near_verdict(found.doc_id) if found.score >= self._thresholds.link else Verdict.REVIEW
+        return Link(doc.doc_id, verdict, found.doc_id, Stage.SEMANTIC, round(found.score, 6), str(self._model))
+
+    def _near_verdict(self, canonical_id: str) -> Verdict:
+        """Near-duplicate links go to review once a group reaches its size cap: the percolation alarm."""
+        full = self._state.group_size(canonical_id) >= self._settings.group_cap
+        return Verdict.REVIEW if full else Verdict.DUPLICATE
+
+    def _exact_keys(self, doc: Document) -> list[str]:
+        keys = []
+        if Stage.URL in self._stages:
+            keys.append(URL_KEY + doc.url_hash)
+        if Stage.CONTENT in self._stages:
+            keys.append(CONTENT_KEY + doc.content_hash)
+        return keys
+
+    def _attach(self, doc: Document, link: Link) -> None:
+        """Point a linked document's exact keys at its canonical, so its copies find the canonical."""
+        for key in self._exact_keys(doc):
+            self._state.exact_claim(key, link.canonical_id)
+        if link.verdict is Verdict.DUPLICATE:
+            self._state.grow_group(link.canonical_id)
+
+    def _register(self, doc: Document, vector: np.ndarray | None) -> Link:
+        """Make `doc` a canonical: claim its exact keys, then its bands and its vector.
+
+        Claims are set-if-absent, so when another worker claimed a key first the
+        document becomes that canonical's duplicate, and any key it had already
+        claimed is re-pointed: one canonical per exact key, never a chain.
+        """
+        claimed: list[str] = []
+        for key in self._exact_keys(doc):
+            holder = self._state.exact_claim(key, doc.doc_id)
+            if holder != doc.doc_id:
+                for own in claimed:
+                    self._state.exact_replace(own, doc.doc_id, holder)
+                stage = Stage.URL if key.startswith(URL_KEY) else Stage.CONTENT
+                self._state.grow_group(holder)
+                return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
+            claimed.append(key)
+        if Stage.SIMHASH in self._stages:
+            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands(doc.simhash))
+        model = None
+        if self.semantic and vector is not None:
+            assert self._vectors is not None and self._model is not None
+            self._vectors.add(self._model, doc.doc_id, vector, doc.published_at, doc.language)
+            model = str(self._model)
+        return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model)

@@ -1,0 +1,52 @@
+"""The records the cascade publishes: links (verdicts with features) and deduped articles."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from streams.core.model import Document, Link
+from streams.records.article import format_timestamp
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def features_of(doc: Document) -> dict[str, Any]:
+    """What replay needs to rebuild state for this document, besides its vector."""
+    return {
+        "url_hash": doc.url_hash,
+        "content_hash": doc.content_hash,
+        "simhash": f"{doc.simhash:016x}",
+        "language": doc.language,
+        "published_at": format_timestamp(doc.published_at),
+    }
+
+
+def link_record(link: Link, doc: Document, vector: np.ndarray | None = None, linked_at: str | None = None) -> dict[str, Any]:
+    """A `dedup.links` record; the vector is attached for canonicals that were embedded."""
+    record: dict[str, Any] = {
+        "doc_id": link.doc_id,
+        "verdict": link.verdict.value,
+        "canonical_id": link.canonical_id,
+        "stage": link.stage.value if link.stage else None,
+        "score": link.score,
+        "linked_at": linked_at or now_rfc3339(),
+        "model": link.model,
+        **features_of(doc),
+    }
+    if vector is not None and link.canonical_id == link.doc_id:
+        record["vector"] = vector
+    return record
+
+
+def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
+    """An `articles.deduped` record: the article as it came, its id filled in, plus its features."""
+    return {
+        **doc.article,
+        "id": doc.doc_id,
+        "features": {"normalized_url": doc.normalized_url, **features_of(doc), "verdict": link.verdict.value},
+    }

@@ -1,0 +1,1 @@
+"""State stores: exact-key index, SimHash band sets and verdicts, behind `StateStore`."""

@@ -1,0 +1,101 @@
+"""Canonical vectors in process, on disk, with Qdrant Edge: the embedded runner's store.
+
+Same engine and filter semantics as the Qdrant server, but no service to run: one
+EdgeShard per model under `path`, so vectors of different models never meet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+import qdrant_edge as qe
+
+from streams.core.model import ModelId, Neighbour
+from streams.vectors.common import as_vector, model_dir_name, nearest_with_ties, payload, point_id
+
+_CONFIG_FILE = "edge_config.json"
+
+
+class EdgeVectorStore:
+    """A `VectorStore` over one folder of Qdrant Edge shards, one shard per model.
+
+    A shard is locked by its write-ahead log while open: one store per folder at a
+    time, across processes too. Writes are visible to `nearest` at once; `flush`
+    (or `close`) makes them durable without replaying the log.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._shards: dict[str, qe.EdgeShard] = {}
+
+    def _shard(self, model: ModelId, create: bool) -> qe.EdgeShard | None:
+        """The model's open shard; loaded from disk if there, created only when `create`."""
+        name = model_dir_name(model)
+        shard = self._shards.get(name)
+        if shard is not None:
+            return shard
+        folder = self.path / name
+        if (folder / _CONFIG_FILE).is_file():
+            shard = qe.EdgeShard.load(str(folder))
+        elif create:
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=model.dim, distance=qe.Distance.Cosine))
+            shard = qe.EdgeShard.create(str(folder), config)
+        else:
+            return None
+        if "published_at" not in shard.info().payload_schema:
+            # Integer index: the time-window range filter stays cheap as the shard grows.
+            shard.update(qe.UpdateOperation.create_field_index("published_at", qe.PayloadSchemaType.Integer))
+        self._shards[name] = shard
+        return shard
+
+    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
+        """Upsert a canonical's vector; the id is derived from `doc_id`, so a redelivery overwrites."""
+        shard = self._shard(model, create=True)
+        assert shard is not None
+        point = qe.Point(point_id(doc_id), as_vector(model, vector), payload(model, doc_id, published_at, language))
+        shard.update(qe.UpdateOperation.upsert_points([point]))
+
+    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
+        """The best canonical within `window_s` of `published_at` (both sides); None if none."""
+        shard = self._shard(model, create=False)
+        if shard is None:
+            return None
+        query = qe.Query.Nearest(as_vector(model, vector))
+        window = qe.Filter(
+            must=[
+                qe.FieldCondition(
+                    "published_at",
+                    range=qe.RangeFloat(gte=published_at - window_s, lte=published_at + window_s),
+                )
+            ]
+        )
+
+        def search(limit: int) -> list[Neighbour]:
+            hits = shard.query(qe.QueryRequest(limit=limit, query=query, filter=window, with_payload=True))
+            return [
+                Neighbour(doc_id=h.payload["doc_id"], score=float(h.score), published_at=int(h.payload["published_at"]))
+                for h in hits
+                if h.payload
+            ]
+
+        return nearest_with_ties(search)
+
+    def flush(self) -> None:
+        """Write pending changes of every open shard to its segments."""
+        for shard in self._shards.values():
+            shard.flush()
+
+    def close(self) -> None:
+        """Flush and release every shard (and its lock)."""
+        shards, self._shards = self._shards, {}
+        for shard in shards.values():
+            shard.flush()
+            shard.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

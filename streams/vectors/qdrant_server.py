@@ -1,0 +1,86 @@
+"""Canonical vectors in a Qdrant server: the production store, shared by all semantic workers.
+
+One collection per model (cosine), an integer index on `published_at` for the window
+filter, and the same ids and tie-break as the embedded store.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from qdrant_client import QdrantClient, models
+
+from streams.core.model import ModelId, Neighbour
+from streams.vectors.common import as_vector, collection_name, nearest_with_ties, payload, point_id
+
+
+class QdrantVectorStore:
+    """A `VectorStore` over a Qdrant server, collections named `{prefix}_{model}_{version}`."""
+
+    def __init__(self, client: QdrantClient, prefix: str = "dedup") -> None:
+        self.client = client
+        self.prefix = prefix
+        self._ready: set[str] = set()
+
+    @classmethod
+    def from_url(cls, url: str, api_key: str | None = None) -> QdrantVectorStore:
+        """A store on the server at `url` (e.g. http://localhost:6333)."""
+        return cls(QdrantClient(url=url, api_key=api_key))
+
+    def _collection(self, model: ModelId, create: bool) -> str | None:
+        """The model's collection name once it exists (index ensured); created only when `create`."""
+        name = collection_name(self.prefix, model)
+        if name in self._ready:
+            return name
+        exists = self.client.collection_exists(name)
+        if not exists and not create:
+            return None
+        if not exists:
+            try:
+                self.client.create_collection(
+                    name, vectors_config=models.VectorParams(size=model.dim, distance=models.Distance.COSINE)
+                )
+            except Exception:
+                # Another worker may have created it between our check and our create.
+                if not self.client.collection_exists(name):
+                    raise
+        # Idempotent; also repairs a collection whose creator died before indexing it.
+        self.client.create_payload_index(name, "published_at", field_schema=models.PayloadSchemaType.INTEGER, wait=True)
+        self._ready.add(name)
+        return name
+
+    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
+        """Upsert and wait for it, so the next `nearest` (any worker) sees this canonical."""
+        name = self._collection(model, create=True)
+        assert name is not None
+        point = models.PointStruct(
+            id=point_id(doc_id), vector=as_vector(model, vector), payload=payload(model, doc_id, published_at, language)
+        )
+        self.client.upsert(name, points=[point], wait=True)
+
+    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
+        """The best canonical within `window_s` of `published_at` (both sides); None if none."""
+        name = self._collection(model, create=False)
+        if name is None:
+            return None
+        query = as_vector(model, vector)
+        window = models.Filter(
+            must=[
+                models.FieldCondition(
+                    key="published_at", range=models.Range(gte=published_at - window_s, lte=published_at + window_s)
+                )
+            ]
+        )
+
+        def search(limit: int) -> list[Neighbour]:
+            hits = self.client.query_points(name, query=query, query_filter=window, limit=limit, with_payload=True)
+            return [
+                Neighbour(doc_id=p.payload["doc_id"], score=float(p.score), published_at=int(p.payload["published_at"]))
+                for p in hits.points
+                if p.payload
+            ]
+
+        return nearest_with_ties(search)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
