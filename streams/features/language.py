@@ -16,11 +16,11 @@ def detect_language(text: str, sample_chars: int = 1000) -> str:
     """ISO 639-1 code of the text's main language, or "und" when CLD2 cannot tell."""
     sample = text[:sample_chars]
     try:
-        reliable, _, details = pycld2.detect(sample, bestEffort=True)
+        _, _, details = pycld2.detect(sample, bestEffort=True)
     except pycld2.error:
         # CLD2 refuses some control characters; retry on the printable part only.
         try:
-            reliable, _, details = pycld2.detect("".join(c for c in sample if c.isprintable()), bestEffort=True)
+            _reliable, _, details = pycld2.detect("".join(c for c in sample if c.isprintable()), bestEffort=True)
         except pycld2.error:
             return UNDETERMINED
     code = details[0][1]

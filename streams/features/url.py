@@ -20,10 +20,41 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 # The single list of tracking parameters. Exact names, then prefixes.
 TRACKING_PARAMS: frozenset[str] = frozenset(
     {
-        "fbclid", "gclid", "dclid", "gbraid", "wbraid", "msclkid", "yclid", "twclid", "ttclid", "li_fat_id",
-        "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "igshid", "mkt_tok", "oly_anon_id", "oly_enc_id",
-        "rb_clickid", "s_cid", "vero_conv", "vero_id", "wickedid", "ref", "ref_src", "ref_url", "cmpid",
-        "spm", "ocid", "icid", "ito", "soc_src", "soc_trk",
+        "fbclid",
+        "gclid",
+        "dclid",
+        "gbraid",
+        "wbraid",
+        "msclkid",
+        "yclid",
+        "twclid",
+        "ttclid",
+        "li_fat_id",
+        "mc_cid",
+        "mc_eid",
+        "_ga",
+        "_gl",
+        "_hsenc",
+        "_hsmi",
+        "igshid",
+        "mkt_tok",
+        "oly_anon_id",
+        "oly_enc_id",
+        "rb_clickid",
+        "s_cid",
+        "vero_conv",
+        "vero_id",
+        "wickedid",
+        "ref",
+        "ref_src",
+        "ref_url",
+        "cmpid",
+        "spm",
+        "ocid",
+        "icid",
+        "ito",
+        "soc_src",
+        "soc_trk",
     }
 )
 TRACKING_PREFIXES: tuple[str, ...] = ("utm_", "hsa_", "pk_", "mtm_", "at_", "_hs")
@@ -93,7 +124,9 @@ def normalize_url(url: str, rules: SourceRules | None = None) -> str:
         raise UrlError(f"URL must be http or https, got {url!r}")
     if not parts.hostname:
         raise UrlError(f"URL has no host: {url!r}")
-    host = _canonical_host(parts.hostname.encode("idna").decode("ascii") if not parts.hostname.isascii() else parts.hostname)
+    host = _canonical_host(
+        parts.hostname.encode("idna").decode("ascii") if not parts.hostname.isascii() else parts.hostname
+    )
     netloc = host if port is None or str(port) == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
     # One trailing-slash rule: no trailing slash, except for the root path.

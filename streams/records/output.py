@@ -26,7 +26,9 @@ def features_of(doc: Document) -> dict[str, Any]:
     }
 
 
-def link_record(link: Link, doc: Document, vector: np.ndarray | None = None, linked_at: str | None = None) -> dict[str, Any]:
+def link_record(
+    link: Link, doc: Document, vector: np.ndarray | None = None, linked_at: str | None = None
+) -> dict[str, Any]:
     """A `dedup.links` record; the vector is attached for canonicals that were embedded."""
     record: dict[str, Any] = {
         "doc_id": link.doc_id,

@@ -50,7 +50,13 @@ class RunStats:
             "verdicts": dict(self.verdicts),
             "linked_by_stage": dict(self.linked_by_stage),
             "score_quantiles": {
-                stage: dict(zip((f"p{int(q * 100)}" for q in QUANTILES), np.quantile(v, QUANTILES).round(4).tolist()))
+                stage: dict(
+                    zip(
+                        (f"p{int(q * 100)}" for q in QUANTILES),
+                        np.quantile(v, QUANTILES).round(4).tolist(),
+                        strict=False,
+                    )
+                )
                 for stage, v in self.scores.items()
                 if v
             },

@@ -1,0 +1,357 @@
+"""Throughput of the cheap cascade (stages url, content, simhash) against a datasketch MinHash reference.
+
+Run:  .venv/bin/python benchmarks/bench_cascade.py [--count 50000] [--repeat 1] [--json PATH]
+
+Everything runs in one process, on one core (the process is pinned to the first CPU
+of its affinity set where the OS allows it; OMP/OpenBLAS/MKL threads are set to 1
+before NumPy is imported), one measurement after the other. The input is
+`synthetic_articles(count)` (../shared/data sentences, about a tenth Bangla, with
+re-crawls, syndicated copies and light edits), serialised with orjson to JSON lines
+held in memory, and also written to a temporary JSONL file for the end-to-end run.
+
+What each timing includes (wall clock, `time.perf_counter`; with `--repeat R` the
+best of R runs of each is kept):
+
+- `minhash reference`: for every article, its normalised text (`document_text(title,
+  body)`, computed *before* the timer starts) is tokenised with
+  `streams.features.simhash.tokens`, cut into word 3-shingles, and fed to a datasketch
+  `MinHash(num_perm=128)` with `update_batch([s.encode() for s in shingles])`. The
+  permutations are generated once and reused (`permutations=`), which is the fast way
+  to use datasketch in bulk; a plain `MinHash(num_perm=128)` per document would add
+  the permutation set-up (printed as `minhash constructor`) to every document.
+- `minhash reference + parse`: the same, plus `orjson.loads` of the byte line and
+  `document_text` inside the timer, i.e. the same input as ours.
+- `ours: parse + features`: `Featurizer.parse` over every byte line: UTF-8 check,
+  orjson, schema validation, URL normalisation and hash, NFKC text normalisation and
+  content hash, language identification (pycld2), 64-bit SimHash. Documents are kept
+  in a list (not timed) for the next measurement.
+- `ours: decisions`: `Cascade.decide` for every Document of the previous step, over a
+  fresh `SqliteStateStore` file in a temporary folder (WAL), `commit()` every 256
+  documents and once at the end: URL and content index lookups, band candidate
+  lookup and Hamming distances, and the writes that record the verdict and the new
+  canonical's keys and bands.
+- `ours: parse + features + decisions`: both, interleaved per chunk of 256 documents
+  as the runner does, on a fresh store.
+- `dedup run (end to end)`: `streams.runner.embedded.run` on the JSONL file, state
+  and outputs in a fresh temporary folder: reading and splitting the file, all of
+  the above, writing links.jsonl, deduped.jsonl, rejected.jsonl and summary.json.
+
+SimHash memoises word hashes in a process-wide cache; it is emptied before every
+measurement of ours, so each one starts cold, like a fresh process.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+    os.environ[_variable] = "1"
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import sqlite3  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import datasketch  # noqa: E402
+import numpy as np  # noqa: E402
+import orjson  # noqa: E402
+from datasketch import MinHash  # noqa: E402
+
+from streams.config import Settings  # noqa: E402
+from streams.core.cascade import Cascade  # noqa: E402
+from streams.core.model import Document, Stage  # noqa: E402
+from streams.evaluation.corpus import synthetic_articles  # noqa: E402
+from streams.features import simhash as simhash_module  # noqa: E402
+from streams.features.simhash import tokens  # noqa: E402
+from streams.features.text import document_text  # noqa: E402
+from streams.records.article import Featurizer, Rejection  # noqa: E402
+from streams.runner.embedded import RunPaths, run  # noqa: E402
+from streams.stores.sqlite import SqliteStateStore  # noqa: E402
+
+COMMIT_EVERY = 256
+SHINGLE = 3
+NUM_PERM = 128
+INGEST_TIME = 1_790_000_000
+STAGES = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
+
+
+@dataclass
+class Result:
+    name: str
+    seconds: float
+    docs: int
+    includes: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_second(self) -> float:
+        return self.docs / self.seconds if self.seconds else float("nan")
+
+    @property
+    def micros_per_doc(self) -> float:
+        return self.seconds / self.docs * 1e6 if self.docs else float("nan")
+
+
+def pin_to_one_core() -> str:
+    """Pin this process to the first CPU it may run on; say what was done."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned (os.sched_setaffinity unavailable)"
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {allowed[0]})
+    except OSError as exc:
+        return f"not pinned ({exc})"
+    return f"pinned to CPU {allowed[0]} (of {len(allowed)} allowed)"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def shingles(text: str) -> list[str]:
+    """Word 3-shingles of the same tokens SimHash uses (one shingle if the text is shorter)."""
+    words = tokens(text)
+    if len(words) <= SHINGLE:
+        return [" ".join(words)] if words else []
+    return [" ".join(words[i : i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)]
+
+
+def best_of(repeat: int, measure: Callable[[], Result]) -> Result:
+    results = [measure() for _ in range(repeat)]
+    return min(results, key=lambda r: r.seconds)
+
+
+def minhash_reference(texts: list[str], template: MinHash) -> Result:
+    permutations, scheme = template.permutations, template.scheme
+    started = time.perf_counter()
+    for text in texts:
+        m = MinHash(num_perm=NUM_PERM, permutations=permutations, scheme=scheme)
+        m.update_batch([s.encode() for s in shingles(text)])
+    seconds = time.perf_counter() - started
+    return Result("minhash reference", seconds, len(texts), "tokens + 3-shingles + MinHash(128), text pre-normalised")
+
+
+def minhash_with_parse(lines: list[bytes], template: MinHash) -> Result:
+    permutations, scheme = template.permutations, template.scheme
+    started = time.perf_counter()
+    for raw in lines:
+        article = orjson.loads(raw)
+        text = document_text(article.get("title"), article["body"])
+        m = MinHash(num_perm=NUM_PERM, permutations=permutations, scheme=scheme)
+        m.update_batch([s.encode() for s in shingles(text)])
+    seconds = time.perf_counter() - started
+    return Result("minhash reference + parse", seconds, len(lines), "orjson + normalise + the reference")
+
+
+def minhash_constructor(count: int) -> Result:
+    started = time.perf_counter()
+    for _ in range(count):
+        MinHash(num_perm=NUM_PERM)
+    seconds = time.perf_counter() - started
+    return Result("minhash constructor", seconds, count, "MinHash(num_perm=128) alone (permutation set-up)")
+
+
+def features(settings: Settings, lines: list[bytes]) -> tuple[Result, list[Document]]:
+    simhash_module._word_hashes.clear()
+    featurizer = Featurizer(settings)
+    parse = featurizer.parse
+    started = time.perf_counter()
+    parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines]
+    seconds = time.perf_counter() - started
+    docs = [p for p in parsed if not isinstance(p, Rejection)]
+    includes = "Featurizer.parse: JSON, schema, URL, NFKC, hashes, language, simhash"
+    result = Result("ours: parse + features", seconds, len(lines), includes)
+    result.extra["rejected"] = len(parsed) - len(docs)
+    return result, docs
+
+
+def decisions(settings: Settings, docs: list[Document]) -> Result:
+    with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
+        state = SqliteStateStore(Path(folder) / "state.sqlite3")
+        cascade = Cascade(settings, state)
+        counts: Counter[str] = Counter()
+        started = time.perf_counter()
+        for index, doc in enumerate(docs, 1):
+            link = cascade.decide(doc).link
+            counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
+            if index % COMMIT_EVERY == 0:
+                state.commit()
+        state.commit()
+        seconds = time.perf_counter() - started
+        state.close()
+    result = Result("ours: decisions", seconds, len(docs), "Cascade.decide over SQLite (WAL), commit every 256")
+    result.extra["verdicts"] = dict(sorted(counts.items()))
+    return result
+
+
+def features_and_decisions(settings: Settings, lines: list[bytes]) -> Result:
+    simhash_module._word_hashes.clear()
+    with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
+        state = SqliteStateStore(Path(folder) / "state.sqlite3")
+        cascade = Cascade(settings, state)
+        parse = Featurizer(settings).parse
+        counts: Counter[str] = Counter()
+        started = time.perf_counter()
+        for begin in range(0, len(lines), COMMIT_EVERY):
+            parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines[begin : begin + COMMIT_EVERY]]
+            for doc in parsed:
+                if isinstance(doc, Rejection):
+                    counts["rejected"] += 1
+                    continue
+                link = cascade.decide(doc).link
+                counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
+            state.commit()
+        seconds = time.perf_counter() - started
+        state.close()
+    result = Result("ours: parse + features + decisions", seconds, len(lines), "both of the above, per chunk of 256")
+    result.extra["verdicts"] = dict(sorted(counts.items()))
+    return result
+
+
+def end_to_end(settings: Settings, jsonl: Path, count: int) -> Result:
+    simhash_module._word_hashes.clear()
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
+        paths = RunPaths(out=Path(folder) / "out", state=Path(folder) / "state")
+        started = time.perf_counter()
+        stats = run(settings, [str(jsonl)], paths)
+        seconds = time.perf_counter() - started
+        sizes = {p.name: p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected)}
+    result = Result("dedup run (end to end)", seconds, count, "runner.embedded.run: file read, all stages, outputs")
+    result.extra["stats"] = stats.as_dict()
+    result.extra["output_bytes"] = sizes
+    return result
+
+
+def machine_info(pinning: str) -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "pinning": pinning,
+        "numpy": np.__version__,
+        "orjson": orjson.__version__,
+        "datasketch": getattr(datasketch, "__version__", "unknown"),
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def print_table(results: list[Result], reference: Result) -> None:
+    name_width = max(len(r.name) for r in results)
+    header = f"{'measurement':<{name_width}}  {'seconds':>8}  {'docs/s':>9}  {'us/doc':>8}  {'vs ref':>6}  includes"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        ratio = "" if r.name == "minhash constructor" else f"{r.per_second / reference.per_second:.2f}x"
+        print(
+            f"{r.name:<{name_width}}  {r.seconds:>8.2f}  {r.per_second:>9,.0f}  {r.micros_per_doc:>8.1f}"
+            f"  {ratio:>6}  {r.includes}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=50_000, help="articles to generate (default 50000)")
+    parser.add_argument("--repeat", type=int, default=1, help="best of R runs for each timing (default 1)")
+    parser.add_argument("--seed", type=int, default=11, help="seed of synthetic_articles (default 11)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
+    args = parser.parse_args(argv)
+    if args.count < 1 or args.repeat < 1:
+        parser.error("--count and --repeat must be positive")
+
+    total_started = time.perf_counter()
+    pinning = pin_to_one_core()
+    machine = machine_info(pinning)
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()))
+    print("threads: OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS=1")
+
+    started = time.perf_counter()
+    articles = list(synthetic_articles(args.count, seed=args.seed))
+    lines = [orjson.dumps(article) for article in articles]
+    texts = [document_text(a.get("title"), a["body"]) for a in articles]
+    settings = Settings(stages=STAGES)
+    print(
+        f"input: {len(lines):,} articles, {sum(map(len, lines)) / 1e6:,.1f} MB of JSON,"
+        f" {sum(map(len, texts)) / len(texts):,.0f} characters of text on average"
+        f" (generated in {time.perf_counter() - started:.1f} s); stages {','.join(s.value for s in STAGES)};"
+        f" best of {args.repeat}"
+    )
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="bench-input-") as folder:
+        jsonl = Path(folder) / "articles.jsonl"
+        jsonl.write_bytes(b"".join(line + b"\n" for line in lines))
+        del articles
+
+        template = MinHash(num_perm=NUM_PERM)
+        reference = best_of(args.repeat, lambda: minhash_reference(texts, template))
+        results.append(reference)
+        results.append(best_of(args.repeat, lambda: minhash_with_parse(lines, template)))
+        results.append(best_of(args.repeat, lambda: minhash_constructor(min(args.count, 5_000))))
+
+        feature_runs = [features(settings, lines) for _ in range(args.repeat)]
+        feature_result, docs = min(feature_runs, key=lambda pair: pair[0].seconds)
+        del feature_runs
+        results.append(feature_result)
+        results.append(best_of(args.repeat, lambda: decisions(settings, docs)))
+        docs.clear()
+        combined = best_of(args.repeat, lambda: features_and_decisions(settings, lines))
+        results.append(combined)
+        results.append(best_of(args.repeat, lambda: end_to_end(settings, jsonl, len(lines))))
+
+    print()
+    print_table(results, reference)
+    print()
+    print(f"verdicts by stage (ours, stages 1-3): {combined.extra['verdicts']}")
+    if feature_result.extra["rejected"]:
+        print(f"rejected by the featurizer: {feature_result.extra['rejected']}")
+    ratio = combined.per_second / reference.per_second
+    print(
+        f"ours (parse + features + decisions) / minhash reference: {ratio:.2f}x"
+        f" ({combined.per_second:,.0f} vs {reference.per_second:,.0f} docs/s)"
+    )
+    elapsed = time.perf_counter() - total_started
+    print(f"benchmark wall time: {elapsed:.1f} s")
+
+    if args.json is not None:
+        payload = {
+            "machine": machine,
+            "count": len(lines),
+            "repeat": args.repeat,
+            "stages": [s.value for s in STAGES],
+            "results": [
+                {
+                    "name": r.name,
+                    "seconds": round(r.seconds, 4),
+                    "docs": r.docs,
+                    "docs_per_second": round(r.per_second, 1),
+                    "micros_per_doc": round(r.micros_per_doc, 2),
+                    "includes": r.includes,
+                    **r.extra,
+                }
+                for r in results
+            ],
+            "ratio_ours_to_reference": round(ratio, 3),
+            "wall_seconds": round(elapsed, 1),
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+        print(f"numbers written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""Precision and recall per kind of duplicate, from verdicts and ground truth."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from streams.evaluation.corpus import NEGATIVE, ORIGINAL, Labelled
+
+
+@dataclass(frozen=True)
+class KindScore:
+    kind: str
+    total: int
+    linked: int
+    correct: int
+
+    @property
+    def recall(self) -> float:
+        """Copies linked to a canonical of their own story, out of all copies of this kind."""
+        return self.correct / self.total if self.total else 1.0
+
+    @property
+    def precision(self) -> float:
+        """Links of this kind that point into the right story, out of all links of this kind."""
+        return self.correct / self.linked if self.linked else 1.0
+
+
+def score_by_kind(stream: Iterable[Labelled], links: Iterable[dict[str, Any]]) -> dict[str, KindScore]:
+    """Score the verdicts in `links` (link records) against the stream's ground truth.
+
+    A copy counts as found when its verdict is `duplicate` and its canonical belongs to the
+    same story. Originals and hard negatives count as wrongly linked when they are linked at all.
+    """
+    truth = {item.doc_id: item for item in stream}
+    verdicts = {link["doc_id"]: link for link in links}
+    tallies: dict[str, list[int]] = {}
+    for doc_id, item in truth.items():
+        link = verdicts[doc_id]
+        linked = link["verdict"] == "duplicate"
+        right = linked and truth[link["canonical_id"]].group == item.group
+        total, n_linked, correct = tallies.setdefault(item.kind, [0, 0, 0])
+        is_copy = item.kind not in (ORIGINAL, NEGATIVE)
+        tallies[item.kind] = [total + 1, n_linked + linked, correct + (right if is_copy else 0)]
+    return {kind: KindScore(kind, *values) for kind, values in tallies.items()}

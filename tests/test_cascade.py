@@ -1,0 +1,134 @@
+"""The cascade on a real SQLite store, stages 1 to 3 (the semantic stage runs in the end-to-end tests)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from streams.config import Settings
+from streams.core.cascade import Cascade
+from streams.core.model import Document, Link, Stage, Verdict
+from streams.evaluation.corpus import NtrexDocument
+from streams.features.simhash import bands
+from streams.records.article import Featurizer
+from streams.stores.sqlite import SqliteStateStore
+
+CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
+_ids = itertools.count()
+
+
+def make(featurizer: Featurizer, url: str, title: str, body: str, doc_id: str | None = None) -> Document:
+    record = {"id": doc_id or f"d{next(_ids)}", "url": url, "title": title, "body": body}
+    doc = featurizer.featurize(record, b"", ingest_time=1_700_000_000)
+    assert isinstance(doc, Document), doc
+    return doc
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(stages=CHEAP)
+
+
+@pytest.fixture
+def featurizer(settings: Settings) -> Featurizer:
+    return Featurizer(settings)
+
+
+@pytest.fixture
+def cascade(settings: Settings) -> Cascade:
+    return Cascade(settings, SqliteStateStore(":memory:"))
+
+
+def test_each_stage_links_its_kind_of_copy(
+    cascade: Cascade, featurizer: Featurizer, ntrex: list[NtrexDocument]
+) -> None:
+    doc = ntrex[0]
+    title, body = doc.english[0], " ".join(doc.english[1:])
+    original = make(featurizer, "https://example.com/a", title, body, "orig")
+    assert cascade.decide(original).link == Link.unique("orig")
+    recrawl = make(featurizer, "http://www.example.com/a?utm_source=x", title, "changed body", "recrawl")
+    assert cascade.decide(recrawl).link == Link("recrawl", Verdict.DUPLICATE, "orig", Stage.URL)
+    wire = make(featurizer, "https://wire.example.net/1", title, body.replace("'", "\u2019"), "wire")
+    assert cascade.decide(wire).link == Link("wire", Verdict.DUPLICATE, "orig", Stage.CONTENT)
+    edited = " ".join(doc.english_us[1:])
+    assert edited != body
+    near = cascade.decide(make(featurizer, "https://us.example.org/1", doc.english_us[0], edited, "us")).link
+    assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "orig", Stage.SIMHASH)
+    assert near.score is not None and 0 <= near.score <= 3
+
+
+def test_a_copy_of_a_duplicate_links_to_the_canonical_never_to_the_duplicate(
+    cascade: Cascade, featurizer: Featurizer, ntrex: list[NtrexDocument]
+) -> None:
+    doc = ntrex[1]
+    title, body = doc.english[0], " ".join(doc.english[1:])
+    cascade.decide(make(featurizer, "https://a.example.com/1", title, body, "canon"))
+    us_title, us_body = doc.english_us[0], " ".join(doc.english_us[1:])
+    cascade.decide(make(featurizer, "https://b.example.com/1", us_title, us_body, "dup"))
+    # Same URL as the duplicate, and the duplicate's text: both exact keys lead to the canonical.
+    by_url = cascade.decide(make(featurizer, "https://b.example.com/1?utm_medium=x", "x", "y", "copy1")).link
+    by_text = cascade.decide(make(featurizer, "https://c.example.com/9", us_title, us_body, "copy2")).link
+    assert by_url.canonical_id == by_text.canonical_id == "canon"
+
+
+def test_redelivery_gets_the_same_verdict_and_never_a_self_link(
+    cascade: Cascade, featurizer: Featurizer, ntrex: list[NtrexDocument]
+) -> None:
+    doc = ntrex[2]
+    first = make(featurizer, "https://a.example.com/2", doc.english[0], " ".join(doc.english[1:]), "x")
+    copy = make(featurizer, "https://b.example.com/2", doc.english[0], " ".join(doc.english[1:]), "y")
+    assert cascade.decide(first).link == Link.unique("x")
+    assert cascade.decide(copy).link.canonical_id == "x"
+    again = cascade.decide(first)
+    assert again.repeated and again.link == Link.unique("x")
+    copy_again = cascade.decide(copy)
+    assert copy_again.repeated and copy_again.link.canonical_id == "x"
+
+
+def test_distinct_stories_are_never_merged(
+    cascade: Cascade, featurizer: Featurizer, ntrex: list[NtrexDocument]
+) -> None:
+    for number, doc in enumerate(ntrex):
+        variants = [doc.english, doc.english_gb, doc.english_in]
+        for site, sentences in enumerate(variants):
+            url = f"https://site{site}.example.com/{number}"
+            link = cascade.decide(make(featurizer, url, sentences[0], " ".join(sentences[1:]), f"{number}-{site}")).link
+            assert link.canonical_id.split("-")[0] == str(number)
+
+
+def test_group_cap_sends_further_near_duplicates_to_review(featurizer: Featurizer) -> None:
+    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), SqliteStateStore(":memory:"))
+    words = [f"word{i}" for i in range(300)]
+    base = " ".join(words)
+    cascade.decide(make(featurizer, "https://a.example.com/0", "t", base, "c"))
+    first = cascade.decide(make(featurizer, "https://a.example.com/1", "t", base + " extra1", "n1")).link
+    second = cascade.decide(make(featurizer, "https://a.example.com/2", "t", base + " extra2", "n2")).link
+    exact = cascade.decide(make(featurizer, "https://a.example.com/3", "t", base, "n3")).link
+    assert (first.verdict, second.verdict) == (Verdict.DUPLICATE, Verdict.REVIEW)
+    assert second.canonical_id == "c"
+    assert exact.verdict is Verdict.DUPLICATE  # exact equality is never in doubt
+
+
+def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer) -> None:
+    store = SqliteStateStore(":memory:")
+    cascade = Cascade(Settings(stages=CHEAP), store)
+    words = " ".join(f"w{i}" for i in range(200))
+    simhash = make(featurizer, "https://x.example.com/", "t", words).simhash
+    # Two canonicals with one fingerprint (as two workers could leave them): the older one wins.
+    store.add_canonical("older", simhash, "en", bands(simhash))
+    store.add_canonical("newer", simhash, "en", bands(simhash))
+    link = cascade.decide(make(featurizer, "https://third.example.com/", "t", words + " more", "third")).link
+    assert (link.stage, link.canonical_id) == (Stage.SIMHASH, "older")
+
+
+def test_disabled_stages_are_skipped(featurizer: Featurizer) -> None:
+    cascade = Cascade(Settings(stages=[Stage.CONTENT]), SqliteStateStore(":memory:"))
+    cascade.decide(make(featurizer, "https://a.example.com/1", "t", "one body", "a"))
+    other_text = cascade.decide(make(featurizer, "https://a.example.com/1", "t", "another body", "b")).link
+    assert other_text == Link.unique("b")
+
+
+def test_semantic_stage_needs_its_stores() -> None:
+    with pytest.raises(ValueError, match="vector store"):
+        Cascade(Settings(), SqliteStateStore(":memory:"))

@@ -1,0 +1,31 @@
+import pytest
+
+from streams.evaluation.corpus import NtrexDocument
+from streams.features.language import UNDETERMINED, detect_language
+
+
+def test_english_and_bangla_news_are_identified(ntrex: list[NtrexDocument]) -> None:
+    english = [detect_language(" ".join(d.english)) for d in ntrex]
+    bengali = [detect_language(" ".join(d.bengali)) for d in ntrex]
+    assert english.count("en") == len(ntrex)
+    assert bengali.count("bn") == len(ntrex)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("El gobierno anunció hoy nuevas medidas económicas para controlar la inflación en el país.", "es"),
+        ("Die Regierung hat heute neue wirtschaftliche Maßnahmen gegen die Inflation angekündigt.", "de"),
+        ("सरकार ने आज महंगाई पर काबू पाने के लिए नए आर्थिक उपायों की घोषणा की।", "hi"),
+    ],
+)
+def test_other_languages_get_their_own_code(text: str, expected: str) -> None:
+    assert detect_language(text) == expected
+
+
+def test_text_without_language_is_undetermined() -> None:
+    assert detect_language("12345 67890 ### $$$") == UNDETERMINED
+
+
+def test_control_characters_do_not_break_identification() -> None:
+    assert detect_language("\x00\x01\x7f The council approved the budget after a long debate on Monday.") == "en"
