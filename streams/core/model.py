@@ -75,6 +75,7 @@ class Neighbour:
     doc_id: str
     score: float
     published_at: int
+    language: str
 
 
 @dataclass(frozen=True, slots=True)

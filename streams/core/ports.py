@@ -49,8 +49,11 @@ class StateStore(Protocol):
 class VectorStore(Protocol):
     """Canonical vectors, one collection per embedding model, searched in a time window."""
 
-    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
-        """The most similar canonical published within `window_s` of `published_at`.
+    def nearest(
+        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The most similar canonical published within `window_s` of `published_at`,
+        among canonicals in `language` (`same_language`) or in any other language (not).
 
         Ties go to the oldest (earliest `published_at`, then smallest id).
         """

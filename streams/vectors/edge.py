@@ -44,9 +44,12 @@ class EdgeVectorStore:
             shard = qe.EdgeShard.create(str(folder), config)
         else:
             return None
-        if "published_at" not in shard.info().payload_schema:
-            # Integer index: the time-window range filter stays cheap as the shard grows.
+        indexed = shard.info().payload_schema
+        # The time window and the language relation filter every search: index both.
+        if "published_at" not in indexed:
             shard.update(qe.UpdateOperation.create_field_index("published_at", qe.PayloadSchemaType.Integer))
+        if "language" not in indexed:
+            shard.update(qe.UpdateOperation.create_field_index("language", qe.PayloadSchemaType.Keyword))
         self._shards[name] = shard
         return shard
 
@@ -57,25 +60,34 @@ class EdgeVectorStore:
         point = qe.Point(point_id(doc_id), as_vector(model, vector), payload(model, doc_id, published_at, language))
         shard.update(qe.UpdateOperation.upsert_points([point]))
 
-    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
-        """The best canonical within `window_s` of `published_at` (both sides); None if none."""
+    def nearest(
+        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The best canonical within `window_s` of `published_at` (both sides), in `language` or
+        (not `same_language`) in any other language; None if none."""
         shard = self._shard(model, create=False)
         if shard is None:
             return None
         query = qe.Query.Nearest(as_vector(model, vector))
-        window = qe.Filter(
-            must=[
-                qe.FieldCondition(
-                    "published_at",
-                    range=qe.RangeFloat(gte=published_at - window_s, lte=published_at + window_s),
-                )
-            ]
+        in_window = qe.FieldCondition(
+            "published_at", range=qe.RangeFloat(gte=published_at - window_s, lte=published_at + window_s)
+        )
+        in_language = qe.FieldCondition("language", match=qe.MatchValue(language))
+        window = (
+            qe.Filter(must=[in_window, in_language])
+            if same_language
+            else qe.Filter(must=[in_window], must_not=[in_language])
         )
 
         def search(limit: int) -> list[Neighbour]:
             hits = shard.query(qe.QueryRequest(limit=limit, query=query, filter=window, with_payload=True))
             return [
-                Neighbour(doc_id=h.payload["doc_id"], score=float(h.score), published_at=int(h.payload["published_at"]))
+                Neighbour(
+                    doc_id=h.payload["doc_id"],
+                    score=float(h.score),
+                    published_at=int(h.payload["published_at"]),
+                    language=h.payload["language"],
+                )
                 for h in hits
                 if h.payload
             ]

@@ -45,6 +45,7 @@ class QdrantVectorStore:
                     raise
         # Idempotent; also repairs a collection whose creator died before indexing it.
         self.client.create_payload_index(name, "published_at", field_schema=models.PayloadSchemaType.INTEGER, wait=True)
+        self.client.create_payload_index(name, "language", field_schema=models.PayloadSchemaType.KEYWORD, wait=True)
         self._ready.add(name)
         return name
 
@@ -57,24 +58,34 @@ class QdrantVectorStore:
         )
         self.client.upsert(name, points=[point], wait=True)
 
-    def nearest(self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int) -> Neighbour | None:
-        """The best canonical within `window_s` of `published_at` (both sides); None if none."""
+    def nearest(
+        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The best canonical within `window_s` of `published_at` (both sides), in `language` or
+        (not `same_language`) in any other language; None if none."""
         name = self._collection(model, create=False)
         if name is None:
             return None
         query = as_vector(model, vector)
-        window = models.Filter(
-            must=[
-                models.FieldCondition(
-                    key="published_at", range=models.Range(gte=published_at - window_s, lte=published_at + window_s)
-                )
-            ]
+        in_window = models.FieldCondition(
+            key="published_at", range=models.Range(gte=published_at - window_s, lte=published_at + window_s)
+        )
+        in_language = models.FieldCondition(key="language", match=models.MatchValue(value=language))
+        window = (
+            models.Filter(must=[in_window, in_language])
+            if same_language
+            else models.Filter(must=[in_window], must_not=[in_language])
         )
 
         def search(limit: int) -> list[Neighbour]:
             hits = self.client.query_points(name, query=query, query_filter=window, limit=limit, with_payload=True)
             return [
-                Neighbour(doc_id=p.payload["doc_id"], score=float(p.score), published_at=int(p.payload["published_at"]))
+                Neighbour(
+                    doc_id=p.payload["doc_id"],
+                    score=float(p.score),
+                    published_at=int(p.payload["published_at"]),
+                    language=p.payload["language"],
+                )
                 for p in hits.points
                 if p.payload
             ]
