@@ -37,7 +37,6 @@ def nearest_canonical(simhash: int, candidates: list[Canonical], max_distance: i
     return None if best is None else (best[2], best[0])
 
 
-@dataclass(frozen=True, slots=True)
 def semantic_match(
     same: Neighbour | None, cross: Neighbour | None, thresholds: ModelThresholds
 ) -> tuple[Neighbour, Verdict] | None:
