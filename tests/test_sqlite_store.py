@@ -6,12 +6,12 @@ from streams.stores.sqlite import SqliteStateStore
 
 def test_exact_claim_is_set_if_absent_and_replace_is_compare_and_set(tmp_path: Path) -> None:
     store = SqliteStateStore(tmp_path / "s.sqlite3")
-    assert store.exact_lookup("u:1") is None
-    assert store.exact_claim("u:1", "a") == "a"
-    assert store.exact_claim("u:1", "b") == "a"
+    assert store.exact_lookup(["u:1"]) == {}
+    assert store.exact_claim(["u:1"], "a") == {"u:1": "a"}
+    assert store.exact_claim(["u:1", "c:1"], "b") == {"u:1": "a", "c:1": "b"}
     assert not store.exact_replace("u:1", "b", "c")
     assert store.exact_replace("u:1", "a", "c")
-    assert store.exact_lookup("u:1") == "c"
+    assert store.exact_lookup(["u:1", "c:1", "u:2"]) == {"u:1": "c", "c:1": "b"}
 
 
 def test_band_lookup_finds_canonicals_sharing_any_band_in_the_same_language(tmp_path: Path) -> None:
@@ -31,13 +31,13 @@ def test_band_lookup_finds_canonicals_sharing_any_band_in_the_same_language(tmp_
 def test_state_survives_reopening(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStateStore(path)
-    store.exact_claim("c:x", "a")
+    store.exact_claim(["c:x"], "a")
     store.add_canonical("a", 42, "en", (42, 0, 0, 0))
     store.record_verdict(Link("b", Verdict.DUPLICATE, "a", Stage.SIMHASH, 2))
     assert store.grow_group("a") == 2
     store.close()
     again = SqliteStateStore(path)
-    assert again.exact_lookup("c:x") == "a"
+    assert again.exact_lookup(["c:x"]) == {"c:x": "a"}
     assert again.band_candidates("en", (42, 1, 1, 1))[0].doc_id == "a"
     assert again.verdict_of("b") == Link("b", Verdict.DUPLICATE, "a", Stage.SIMHASH, 2)
     assert again.group_size("a") == 2
@@ -47,9 +47,8 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
 def test_uncommitted_work_is_not_durable(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStateStore(path)
-    store.exact_claim("u:kept", "a")
+    store.exact_claim(["u:kept"], "a")
     store.commit()
-    store.exact_claim("u:lost", "b")
+    store.exact_claim(["u:lost"], "b")
     reader = SqliteStateStore(path)
-    assert reader.exact_lookup("u:kept") == "a"
-    assert reader.exact_lookup("u:lost") is None
+    assert reader.exact_lookup(["u:kept", "u:lost"]) == {"u:kept": "a"}

@@ -67,6 +67,8 @@ class Decision:
 
     link: Link
     repeated: bool = False
+    group_size: int | None = None
+    """Size of the canonical's group after a duplicate joined it."""
 
 
 class Cascade:
@@ -109,29 +111,38 @@ class Cascade:
             started = perf_counter()
             link = self._semantic(doc, vector)
             self.seconds[Stage.SEMANTIC] += perf_counter() - started
+        group_size = None
         if link is None or link.canonical_id == doc.doc_id:
-            link = self._register(doc, vector)
+            link, group_size = self._register(doc, vector)
         else:
-            self._attach(doc, link)
+            group_size = self._attach(doc, link)
         self._state.record_verdict(link)
-        return Decision(link)
+        return Decision(link, group_size=group_size)
 
     def _cheap(self, doc: Document, timed: bool = False) -> Link | None:
-        """Stages 1 to 3: a link to an existing canonical, or None."""
-        for stage in (Stage.URL, Stage.CONTENT, Stage.SIMHASH):
-            if stage in self._stages:
-                started = perf_counter()
-                link = self._exact(doc, stage) if stage is not Stage.SIMHASH else self._simhash(doc)
-                if timed:
-                    self.seconds[stage] += perf_counter() - started
-                if link is not None:
-                    return link
-        return None
+        """Stages 1 to 3: a link to an existing canonical, or None.
 
-    def _exact(self, doc: Document, stage: Stage) -> Link | None:
-        key = URL_KEY + doc.url_hash if stage is Stage.URL else CONTENT_KEY + doc.content_hash
-        canonical = self._state.exact_lookup(key)
-        return None if canonical is None else Link(doc.doc_id, Verdict.DUPLICATE, canonical, stage)
+        Both exact keys are looked up in one call (one round trip to Redis); its time
+        is counted under the URL stage.
+        """
+        started = perf_counter()
+        keys = self._exact_keys(doc)
+        found = self._state.exact_lookup(list(keys.values())) if keys else {}
+        for stage, key in keys.items():
+            canonical = found.get(key)
+            if canonical is not None:
+                if timed:
+                    self.seconds[Stage.URL] += perf_counter() - started
+                return Link(doc.doc_id, Verdict.DUPLICATE, canonical, stage)
+        if timed:
+            self.seconds[Stage.URL] += perf_counter() - started
+        if Stage.SIMHASH in self._stages:
+            started = perf_counter()
+            link = self._simhash(doc)
+            if timed:
+                self.seconds[Stage.SIMHASH] += perf_counter() - started
+            return link
+        return None
 
     def _simhash(self, doc: Document) -> Link | None:
         found = nearest_canonical(
@@ -163,38 +174,43 @@ class Cascade:
         full = self._state.group_size(canonical_id) >= self._settings.group_cap
         return Verdict.REVIEW if full else Verdict.DUPLICATE
 
-    def _exact_keys(self, doc: Document) -> list[str]:
-        keys = []
+    def _exact_keys(self, doc: Document) -> dict[Stage, str]:
+        """The exact keys of the enabled exact stages, URL first."""
+        keys = {}
         if Stage.URL in self._stages:
-            keys.append(URL_KEY + doc.url_hash)
+            keys[Stage.URL] = URL_KEY + doc.url_hash
         if Stage.CONTENT in self._stages:
-            keys.append(CONTENT_KEY + doc.content_hash)
+            keys[Stage.CONTENT] = CONTENT_KEY + doc.content_hash
         return keys
 
-    def _attach(self, doc: Document, link: Link) -> None:
-        """Point a linked document's exact keys at its canonical, so its copies find the canonical."""
-        for key in self._exact_keys(doc):
-            self._state.exact_claim(key, link.canonical_id)
-        if link.verdict is Verdict.DUPLICATE:
-            self._state.grow_group(link.canonical_id)
+    def _attach(self, doc: Document, link: Link) -> int | None:
+        """Point a linked document's exact keys at its canonical, so its copies find the canonical.
 
-    def _register(self, doc: Document, vector: np.ndarray | None) -> Link:
+        Returns the canonical's group size after a duplicate joined it.
+        """
+        keys = [key for stage, key in self._exact_keys(doc).items() if stage is not link.stage]
+        if keys:
+            self._state.exact_claim(keys, link.canonical_id)
+        if link.verdict is Verdict.DUPLICATE:
+            return self._state.grow_group(link.canonical_id)
+        return None
+
+    def _register(self, doc: Document, vector: np.ndarray | None) -> tuple[Link, int | None]:
         """Make `doc` a canonical: claim its exact keys, then its bands and its vector.
 
         Claims are set-if-absent, so when another worker claimed a key first the
-        document becomes that canonical's duplicate, and any key it had already
-        claimed is re-pointed: one canonical per exact key, never a chain.
+        document becomes that canonical's duplicate, and any key it did claim is
+        re-pointed to that canonical: one canonical per exact key, never a chain.
         """
-        claimed: list[str] = []
-        for key in self._exact_keys(doc):
-            holder = self._state.exact_claim(key, doc.doc_id)
+        keys = self._exact_keys(doc)
+        holders = self._state.exact_claim(list(keys.values()), doc.doc_id) if keys else {}
+        for stage, key in keys.items():
+            holder = holders[key]
             if holder != doc.doc_id:
-                for own in claimed:
-                    self._state.exact_replace(own, doc.doc_id, holder)
-                stage = Stage.URL if key.startswith(URL_KEY) else Stage.CONTENT
-                self._state.grow_group(holder)
-                return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
-            claimed.append(key)
+                for own, own_holder in holders.items():
+                    if own_holder == doc.doc_id:
+                        self._state.exact_replace(own, doc.doc_id, holder)
+                return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage), self._state.grow_group(holder)
         if Stage.SIMHASH in self._stages:
             self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands(doc.simhash))
         model = None
@@ -202,4 +218,4 @@ class Cascade:
             assert self._vectors is not None and self._model is not None
             self._vectors.add(self._model, doc.doc_id, vector, doc.published_at, doc.language)
             model = str(self._model)
-        return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model)
+        return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model), None

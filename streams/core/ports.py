@@ -22,13 +22,13 @@ class StateStore(Protocol):
 
     def record_verdict(self, link: Link) -> None: ...
 
-    def exact_lookup(self, key: str) -> str | None:
-        """The canonical an exact key (URL or content hash) points to, if any."""
+    def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        """The canonicals that exact keys (URL or content hashes) point to; absent keys are left out."""
 
-    def exact_claim(self, key: str, canonical_id: str) -> str:
-        """Point `key` at `canonical_id` unless it already points somewhere.
+    def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
+        """Point each key at `canonical_id` unless it already points somewhere.
 
-        Atomic set-if-absent; returns the canonical the key points to afterwards.
+        Atomic set-if-absent per key; returns, for every key, the canonical it points to afterwards.
         """
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:

@@ -14,53 +14,35 @@ import hashlib
 import re
 import unicodedata
 
-_QUOTES_AND_DASHES = str.maketrans(
-    {
-        "\u2018": "'",
-        "\u2019": "'",
-        "\u201a": "'",
-        "\u201b": "'",
-        "\u2032": "'",
-        "\u00b4": "'",
-        "\u0060": "'",
-        "\u201c": '"',
-        "\u201d": '"',
-        "\u201e": '"',
-        "\u201f": '"',
-        "\u2033": '"',
-        "\u00ab": '"',
-        "\u00bb": '"',
-        "\u2039": "'",
-        "\u203a": "'",
-        "\u2010": "-",
-        "\u2011": "-",
-        "\u2012": "-",
-        "\u2013": "-",
-        "\u2014": "-",
-        "\u2015": "-",
-        "\u2212": "-",
-        "\ufe58": "-",
-        "\ufe63": "-",
-        "\uff0d": "-",
-        "\u00ad": None,
-        "\u200b": None,
-        "\u2060": None,
-        "\ufeff": None,
-    }
-)
+_CANONICAL_FORMS = {
+    **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u00b4\u0060\u2039\u203a", "'"),
+    **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb", '"'),
+    **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d", "-"),
+    **dict.fromkeys("\u00ad\u200b\u2060\ufeff", ""),
+}
+# A character class and a lookup per match: str.translate with a dict leaves its
+# fast path on non-ASCII text and costs ten times as much.
+_NON_CANONICAL = re.compile("[" + "".join(_CANONICAL_FORMS) + "]")
 # NFKC leaves these Bangla letters decomposed (they are composition exclusions);
 # map them back so "য়" is one codepoint however it arrived.
 _BANGLA_RECOMPOSE = {"\u09a1\u09bc": "\u09dc", "\u09a2\u09bc": "\u09dd", "\u09af\u09bc": "\u09df"}
 _BANGLA_RE = re.compile("|".join(_BANGLA_RECOMPOSE))
-_WHITESPACE = re.compile(r"\s+")
+
+
+def _canonical_form(match: re.Match[str]) -> str:
+    return _CANONICAL_FORMS[match.group(0)]
 
 
 def normalize_text(text: str) -> str:
     """NFKC, canonical quotes and dashes, Bangla nukta letters composed, whitespace collapsed."""
-    text = unicodedata.normalize("NFKC", text).translate(_QUOTES_AND_DASHES)
+    if text.isascii():  # NFKC is the identity on ASCII; only the backtick needs mapping
+        return " ".join(text.replace("`", "'").split())
+    if not unicodedata.is_normalized("NFKC", text):  # a quick check, much cheaper than normalising
+        text = unicodedata.normalize("NFKC", text)
+    text = _NON_CANONICAL.sub(_canonical_form, text)
     if "\u09bc" in text:
         text = _BANGLA_RE.sub(lambda m: _BANGLA_RECOMPOSE[m.group(0)], text)
-    return _WHITESPACE.sub(" ", text).strip()
+    return " ".join(text.split())
 
 
 def document_text(title: str | None, body: str) -> str:

@@ -11,6 +11,7 @@ would collapse the whole site into one document.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ TRACKING_PARAMS: frozenset[str] = frozenset(
 TRACKING_PREFIXES: tuple[str, ...] = ("utm_", "hsa_", "pk_", "mtm_", "at_", "_hs")
 
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9/:@!$&'()*+,;=\-._~]*")
 
 
 class UrlError(ValueError):
@@ -117,24 +120,31 @@ def normalize_url(url: str, rules: SourceRules | None = None) -> str:
     try:
         parts = urlsplit(url.strip())
         port = parts.port
-    except ValueError as exc:
+        hostname = parts.hostname
+        if hostname and not hostname.isascii():
+            hostname = hostname.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError) as exc:
         raise UrlError(f"malformed URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise UrlError(f"URL must be http or https, got {url!r}")
-    if not parts.hostname:
+    if not hostname:
         raise UrlError(f"URL has no host: {url!r}")
-    host = _canonical_host(
-        parts.hostname.encode("idna").decode("ascii") if not parts.hostname.isascii() else parts.hostname
-    )
+    host = _canonical_host(hostname)
     netloc = host if port is None or str(port) == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
 
-    # One trailing-slash rule: no trailing slash, except for the root path.
-    path = quote(unquote(parts.path), safe="/:@!$&'()*+,;=-._~%") or "/"
+    # Percent-encoding made canonical (skipped when there is nothing to decode or encode),
+    # then one trailing-slash rule: no trailing slash, except for the root path.
+    path = parts.path
+    if not _PLAIN_PATH.fullmatch(path):
+        path = quote(unquote(path), safe=_PATH_SAFE)
+    path = path or "/"
     while "//" in path:
         path = path.replace("//", "/")
     if len(path) > 1 and path.endswith("/"):
         path = path.rstrip("/") or "/"
+    if not parts.query:
+        return f"//{netloc}{path}"
 
     params = parse_qsl(parts.query, keep_blank_values=True)
     allow = rules.allowlist_for(host) if rules else None

@@ -152,9 +152,9 @@ class _Run:
             link = decision.link
             self.stats.count(link, decision.repeated)
             self._links.write(link_record(link, doc, vector))
-            if link.verdict is Verdict.DUPLICATE:
-                self.stats.see_group(link.canonical_id, self._state.group_size(link.canonical_id))
-            elif not decision.repeated:
+            if decision.group_size is not None:
+                self.stats.see_group(link.canonical_id, decision.group_size)
+            if link.verdict is not Verdict.DUPLICATE and not decision.repeated:
                 self._deduped.write(deduped_record(link, doc))
         # Outputs reach the disk before the state that remembers them: a crash
         # repeats work at worst, and a repeated document gets its recorded verdict.

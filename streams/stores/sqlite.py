@@ -79,16 +79,18 @@ class SqliteStateStore:
             (link.doc_id, link.verdict.value, link.canonical_id, link.stage, link.score, link.model),
         )
 
-    def exact_lookup(self, key: str) -> str | None:
-        row = self._db.execute("SELECT canonical_id FROM exact_keys WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
+    def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        marks = ",".join("?" * len(keys))
+        return dict(self._db.execute(f"SELECT key, canonical_id FROM exact_keys WHERE key IN ({marks})", keys))
 
-    def exact_claim(self, key: str, canonical_id: str) -> str:
-        row = self._db.execute(
-            "INSERT INTO exact_keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET key = key RETURNING canonical_id",
-            (key, canonical_id),
-        ).fetchone()
-        return row[0]
+    def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
+        values = ",".join("(?, ?)" for _ in keys)
+        rows = self._db.execute(
+            f"INSERT INTO exact_keys VALUES {values} ON CONFLICT (key) DO UPDATE SET key = key"
+            " RETURNING key, canonical_id",
+            [value for key in keys for value in (key, canonical_id)],
+        )
+        return dict(rows)
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
         cursor = self._db.execute(
