@@ -37,9 +37,9 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
             return command(*args, **kwargs)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-            err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False)
+            err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False, soft_wrap=True)
         except (OSError, ValueError, RuntimeError) as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
     return wrapper

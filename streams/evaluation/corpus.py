@@ -132,13 +132,16 @@ def _decompose_bangla(text: str) -> str:
     )
 
 
-def labelled_stream(negative_pairs: int = 100, seed: int = 7, root: Path | None = None) -> list[Labelled]:
-    """Every NTREX story with its known copies, and MRPC negatives as hard negatives, in a shuffled order.
+def labelled_stream(
+    negative_pairs: int = 100, seed: int = 7, root: Path | None = None, stories: int | None = None
+) -> list[Labelled]:
+    """NTREX stories (all 62, or the first `stories`) with their known copies, and MRPC negative
+    pairs as hard negatives, ordered by publication time.
 
     The original of each story comes first; its copies follow within hours.
     """
     rng = random.Random(seed)
-    documents = ntrex_documents(root)
+    documents = ntrex_documents(root)[:stories]
     stream: list[tuple[datetime, int, Labelled]] = []
 
     def add(when: datetime, record: dict[str, Any], group: str, kind: str) -> None:

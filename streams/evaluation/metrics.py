@@ -15,6 +15,8 @@ class KindScore:
     total: int
     linked: int
     correct: int
+    reviewed: int = 0
+    """Sent to review (not suppressed): counted apart from links."""
 
     @property
     def recall(self) -> float:
@@ -40,7 +42,10 @@ def score_by_kind(stream: Iterable[Labelled], links: Iterable[dict[str, Any]]) -
         link = verdicts[doc_id]
         linked = link["verdict"] == "duplicate"
         right = linked and truth[link["canonical_id"]].group == item.group
-        total, n_linked, correct = tallies.setdefault(item.kind, [0, 0, 0])
         is_copy = item.kind not in (ORIGINAL, NEGATIVE)
-        tallies[item.kind] = [total + 1, n_linked + linked, correct + (right if is_copy else 0)]
+        tally = tallies.setdefault(item.kind, [0, 0, 0, 0])
+        tally[0] += 1
+        tally[1] += linked
+        tally[2] += right and is_copy
+        tally[3] += link["verdict"] == "review"
     return {kind: KindScore(kind, *values) for kind, values in tallies.items()}

@@ -19,8 +19,16 @@ class InputLine:
     raw: bytes
 
 
+def check_sources(sources: list[str]) -> None:
+    """Fail before any work when an input file is missing."""
+    for source in sources:
+        if source != "-" and not Path(source).is_file():
+            raise FileNotFoundError(f"input file not found: {source}")
+
+
 def input_size(sources: list[str]) -> int | None:
     """Total bytes to read, for a progress bar; None when reading stdin."""
+    check_sources(sources)
     if "-" in sources:
         return None
     return sum(Path(s).stat().st_size for s in sources)
@@ -31,9 +39,7 @@ def read_lines(sources: list[str], on_bytes: Callable[[int], None] | None = None
 
     `on_bytes` is told how many (compressed) bytes each line advanced, for progress.
     """
-    for source in sources:
-        if source != "-" and not Path(source).is_file():
-            raise FileNotFoundError(f"input file not found: {source}")
+    check_sources(sources)
     for source in sources:
         for line_no, raw, consumed in _lines_of(source):
             if on_bytes is not None:
