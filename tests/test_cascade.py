@@ -144,3 +144,20 @@ def test_semantic_match_holds_each_language_relation_to_its_own_cut_offs() -> No
     assert semantic_match(Neighbour("s", 0.94, 0, "en"), Neighbour("c", 0.82, 0, "bn"), cuts) is None
     close_same = Neighbour("same", 0.99, 0, "en")
     assert semantic_match(close_same, cross, cuts) == (close_same, Verdict.DUPLICATE)
+
+
+def test_exact_copies_of_a_document_under_review_share_its_verdict(featurizer: Featurizer) -> None:
+    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), SqliteStateStore(":memory:"))
+    base = " ".join(f"word{i}" for i in range(300))
+    cascade.decide(make(featurizer, "https://a.example.com/0", "t", base, "c"))
+    cascade.decide(make(featurizer, "https://a.example.com/1", "t", base + " extra1", "n1"))
+    doubt = cascade.decide(make(featurizer, "https://b.example.com/2", "t", base + " extra2", "n2")).link
+    assert (doubt.verdict, doubt.canonical_id, doubt.publishes) == (Verdict.REVIEW, "c", True)
+    recrawl = cascade.decide(make(featurizer, "https://b.example.com/2?utm_source=x", "t", "new text", "n2-url")).link
+    wire = cascade.decide(make(featurizer, "https://wire.example.net/2", "t", base + " extra2", "n2-wire")).link
+    assert (recrawl.verdict, recrawl.canonical_id, recrawl.stage) == (Verdict.REVIEW, "c", Stage.URL)
+    assert (wire.verdict, wire.canonical_id, wire.stage) == (Verdict.REVIEW, "c", Stage.CONTENT)
+    assert not recrawl.publishes and not wire.publishes
+    # The re-crawl's own new text now stands for the review too.
+    again = cascade.decide(make(featurizer, "https://c.example.net/9", "t", "new text", "n2-url-copy")).link
+    assert (again.verdict, again.canonical_id) == (Verdict.REVIEW, "c")

@@ -129,11 +129,11 @@ class Cascade:
         keys = self._exact_keys(doc)
         found = self._state.exact_lookup(list(keys.values())) if keys else {}
         for stage, key in keys.items():
-            canonical = found.get(key)
-            if canonical is not None:
+            holder = found.get(key)
+            if holder is not None:
                 if timed:
                     self.seconds[Stage.URL] += perf_counter() - started
-                return Link(doc.doc_id, Verdict.DUPLICATE, canonical, stage)
+                return self._exact_link(doc, stage, holder)
         if timed:
             self.seconds[Stage.URL] += perf_counter() - started
         if Stage.SIMHASH in self._stages:
@@ -143,6 +143,18 @@ class Cascade:
                 self.seconds[Stage.SIMHASH] += perf_counter() - started
             return link
         return None
+
+    def _exact_link(self, doc: Document, stage: Stage, holder: str) -> Link:
+        """Link to the holder of an exact key: a canonical, or a document under review.
+
+        A document under review holds its own keys until a person decides; its exact
+        copies share its verdict: review, against the same suspected canonical.
+        """
+        if holder != doc.doc_id:
+            held = self._state.verdict_of(holder)
+            if held is not None and held.verdict is Verdict.REVIEW:
+                return Link(doc.doc_id, Verdict.REVIEW, held.canonical_id, stage)
+        return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
 
     def _simhash(self, doc: Document) -> Link | None:
         found = nearest_canonical(
@@ -184,16 +196,16 @@ class Cascade:
         return keys
 
     def _attach(self, doc: Document, link: Link) -> int | None:
-        """Point a linked document's exact keys at its canonical, so its copies find the canonical.
+        """Point a linked document's exact keys at its canonical, so its copies find the canonical;
+        a document under review keeps its keys for itself (see `_exact_link`).
 
         Returns the canonical's group size after a duplicate joined it.
         """
         keys = [key for stage, key in self._exact_keys(doc).items() if stage is not link.stage]
+        duplicate = link.verdict is Verdict.DUPLICATE
         if keys:
-            self._state.exact_claim(keys, link.canonical_id)
-        if link.verdict is Verdict.DUPLICATE:
-            return self._state.grow_group(link.canonical_id)
-        return None
+            self._state.exact_claim(keys, link.canonical_id if duplicate else doc.doc_id)
+        return self._state.grow_group(link.canonical_id) if duplicate else None
 
     def _register(self, doc: Document, vector: np.ndarray | None) -> tuple[Link, int | None]:
         """Make `doc` a canonical: claim its exact keys, then its bands and its vector.

@@ -95,6 +95,14 @@ class Link:
     score: float | None = None
     model: str | None = None
 
+    @property
+    def publishes(self) -> bool:
+        """Whether the document goes to `articles.deduped`: canonicals, and documents under
+        review in their own right (not exact copies of one, which share its verdict)."""
+        if self.verdict is Verdict.REVIEW:
+            return self.stage in (Stage.SIMHASH, Stage.SEMANTIC)
+        return self.verdict is Verdict.UNIQUE
+
     @classmethod
     def unique(cls, doc_id: str) -> Link:
         return cls(doc_id=doc_id, verdict=Verdict.UNIQUE, canonical_id=doc_id)

@@ -20,7 +20,7 @@ import orjson
 
 from streams.config import Settings
 from streams.core.cascade import Cascade
-from streams.core.model import Document, Stage, Verdict
+from streams.core.model import Document, Stage
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import deduped_record, link_record
@@ -154,7 +154,7 @@ class _Run:
             self._links.write(link_record(link, doc, vector))
             if decision.group_size is not None:
                 self.stats.see_group(link.canonical_id, decision.group_size)
-            if link.verdict is not Verdict.DUPLICATE and not decision.repeated:
+            if link.publishes and not decision.repeated:
                 self._deduped.write(deduped_record(link, doc))
         # Outputs reach the disk before the state that remembers them: a crash
         # repeats work at worst, and a repeated document gets its recorded verdict.
