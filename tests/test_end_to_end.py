@@ -32,7 +32,7 @@ REVIEWED_ON_ITS_OWN = {("review", "simhash"), ("review", "semantic")}
 EXPECTED = {
     "url_variant": (1.0, 1.0),
     "syndicated": (1.0, 1.0),
-    "bangla_composition": (1.0, 1.0),
+    "bangla_composition": (1.0, 0.75),  # exact copies of the translations: they share their verdicts
     "edit_gb": (1.0, 1.0),
     "edit_us": (1.0, 1.0),
     "appended_update": (1.0, 1.0),
