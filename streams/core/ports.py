@@ -37,8 +37,8 @@ class StateStore(Protocol):
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         """Canonicals of `language` sharing at least one band value, at index i."""
 
-    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> Canonical:
-        """Register a canonical in the band sets; assigns its first-seen `seq`."""
+    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
+        """Register a canonical in the band sets, with a first-seen `seq` after every earlier one."""
 
     def grow_group(self, canonical_id: str) -> int:
         """Count one more member in the canonical's group; returns the new size."""

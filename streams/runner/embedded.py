@@ -29,7 +29,9 @@ from streams.runner.summary import RunStats
 from streams.stores.sqlite import SqliteStateStore
 
 CHUNK = 256
-"""Documents parsed ahead; also how often state is committed and outputs flushed."""
+"""Documents parsed ahead of their decisions (the embedder's look-ahead window)."""
+COMMIT_SECONDS = 2.0
+"""How often outputs are flushed and the state committed: each commit syncs the disk."""
 
 
 @dataclass(frozen=True)
@@ -120,15 +122,19 @@ class _Run:
         self.stats = RunStats()
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
-        started = time.perf_counter()
+        started = last_commit = time.perf_counter()
         chunk: list[InputLine] = []
         for line in lines:
             chunk.append(line)
             if len(chunk) == CHUNK:
                 self._chunk(chunk)
                 chunk = []
+                if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                    self._commit()
+                    last_commit = time.perf_counter()
         if chunk:
             self._chunk(chunk)
+        self._commit()
         self.stats.elapsed = time.perf_counter() - started
         for stage, seconds in self._cascade.seconds.items():
             self.stats.seconds[stage.value] = seconds
@@ -156,6 +162,8 @@ class _Run:
                 self.stats.see_group(link.canonical_id, decision.group_size)
             if link.publishes and not decision.repeated:
                 self._deduped.write(deduped_record(link, doc))
+
+    def _commit(self) -> None:
         # Outputs reach the disk before the state that remembers them: a crash
         # repeats work at worst, and a repeated document gets its recorded verdict.
         for writer in (self._links, self._deduped, self._rejected):
