@@ -29,17 +29,18 @@ What each timing includes:
   content hash, language identification (pycld2), 64-bit SimHash. Documents are kept
   in a list (not timed) for the next measurement.
 - `ours: decisions`: `Cascade.decide` for every Document of the previous step, over a
-  fresh `SqliteStateStore` file in a temporary folder (WAL), `commit()` every 256
+  fresh `SqliteStateStore` file in a temporary folder (WAL), `commit()` every two seconds
   documents and once at the end: URL and content index lookups, band candidate
   lookup and Hamming distances, and the writes that record the verdict and the new
   canonical's keys and bands.
 - `ours: parse + features + decisions`: both, interleaved per chunk of 256 documents
-  as the runner does, on a fresh store.
+  and committed every two seconds, as the runner does, on a fresh store.
 - `dedup run (end to end)`: `streams.runner.embedded.run` on the JSONL file, state
   and outputs in a fresh temporary folder: reading and splitting the file, all of
   the above, writing links.jsonl, deduped.jsonl, rejected.jsonl and summary.json.
 
-The inputs are generated before any timing and frozen out of the garbage collector.
+Each measurement runs in a fresh process pinned to one core, with its inputs loaded
+and prepared before the timer starts and frozen out of the garbage collector.
 SimHash's kernel is compiled with Numba (or loaded from Numba's cache) by one
 warm-up call before any timing starts, as a long-running worker would have it.
 """
@@ -56,6 +57,7 @@ import gc  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
 import sqlite3  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -77,10 +79,9 @@ from streams.evaluation.corpus import synthetic_articles  # noqa: E402
 from streams.features.simhash import word_simhash  # noqa: E402
 from streams.features.text import document_text  # noqa: E402
 from streams.records.article import Featurizer, Rejection  # noqa: E402
-from streams.runner.embedded import RunPaths, run  # noqa: E402
+from streams.runner.embedded import CHUNK, COMMIT_SECONDS, RunPaths, run  # noqa: E402
 from streams.stores.sqlite import SqliteStateStore  # noqa: E402
 
-COMMIT_EVERY = 256
 SHINGLE = 3
 NUM_PERM = 128
 INGEST_TIME = 1_790_000_000
@@ -207,15 +208,17 @@ def decisions(settings: Settings, docs: list[Document]) -> Result:
         cascade = Cascade(settings, state)
         counts: Counter[str] = Counter()
         started, cpu_started = time.perf_counter(), time.process_time()
-        for index, doc in enumerate(docs, 1):
+        last_commit = started
+        for doc in docs:
             link = cascade.decide(doc).link
             counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
-            if index % COMMIT_EVERY == 0:
+            if time.perf_counter() - last_commit >= COMMIT_SECONDS:
                 state.commit()
+                last_commit = time.perf_counter()
         state.commit()
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         state.close()
-    includes = "Cascade.decide over SQLite (WAL), commit every 256"
+    includes = "Cascade.decide over SQLite (WAL), a commit every 2 s as the runner does"
     result = Result("ours: decisions", seconds, len(docs), includes, cpu)
     result.extra["verdicts"] = dict(sorted(counts.items()))
     return result
@@ -228,18 +231,22 @@ def features_and_decisions(settings: Settings, lines: list[bytes]) -> Result:
         parse = Featurizer(settings).parse
         counts: Counter[str] = Counter()
         started, cpu_started = time.perf_counter(), time.process_time()
-        for begin in range(0, len(lines), COMMIT_EVERY):
-            parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines[begin : begin + COMMIT_EVERY]]
+        last_commit = started
+        for begin in range(0, len(lines), CHUNK):
+            parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines[begin : begin + CHUNK]]
             for doc in parsed:
                 if isinstance(doc, Rejection):
                     counts["rejected"] += 1
                     continue
                 link = cascade.decide(doc).link
                 counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
-            state.commit()
+            if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                state.commit()
+                last_commit = time.perf_counter()
+        state.commit()
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         state.close()
-    includes = "both of the above, per chunk of 256"
+    includes = "both of the above, per chunk of 256, a commit every 2 s"
     result = Result("ours: parse + features + decisions", seconds, len(lines), includes, cpu)
     result.extra["verdicts"] = dict(sorted(counts.items()))
     return result
@@ -295,66 +302,94 @@ def print_table(results: list[Result], reference: Result) -> None:
         print(f"  {r.name}: {r.includes}")
 
 
+def measure(name: str, jsonl: Path, repeat: int) -> Result:
+    """One measurement, in this (fresh) process: inputs loaded and prepared untimed first."""
+    lines = jsonl.read_bytes().splitlines()
+    settings = Settings(stages=STAGES)
+    texts = [document_text(a.get("title"), a["body"]) for a in map(orjson.loads, lines)]
+    word_simhash(texts[0], 3)  # compile (or load) the Numba kernel outside the timings
+    docs: list[Document] = []
+    if name == "decisions":
+        parse = Featurizer(settings).parse
+        docs = [d for d in (parse(raw, ingest_time=INGEST_TIME) for raw in lines) if not isinstance(d, Rejection)]
+    # The inputs stay in memory, which a streaming process would not do: keep them out of
+    # the garbage collector's scans so they do not tax the timing.
+    gc.collect()
+    gc.freeze()
+    template = MinHash(num_perm=NUM_PERM)
+    runs: dict[str, Callable[[], Result]] = {
+        "reference": lambda: minhash_reference(texts, template),
+        "reference+parse": lambda: minhash_with_parse(lines, template),
+        "constructor": lambda: minhash_constructor(min(len(lines), 5_000)),
+        "features": lambda: features(settings, lines)[0],
+        "decisions": lambda: decisions(settings, docs),
+        "combined": lambda: features_and_decisions(settings, lines),
+        "end-to-end": lambda: end_to_end(settings, jsonl, len(lines)),
+    }
+    return best_of(repeat, runs[name])
+
+
+MEASUREMENTS = ("reference", "reference+parse", "constructor", "features", "decisions", "combined", "end-to-end")
+
+
+def measure_in_child(name: str, jsonl: Path, repeat: int) -> Result:
+    """Run one measurement in its own process, so no measurement inherits another's heap."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--measure", name, "--input", str(jsonl), "--repeat", str(repeat)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise RuntimeError(f"measurement {name} failed:\n{child.stderr}")
+    fields = orjson.loads(child.stdout.strip().splitlines()[-1])
+    return Result(**fields)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=50_000, help="articles to generate (default 50000)")
     parser.add_argument("--repeat", type=int, default=1, help="best of R runs for each timing (default 1)")
     parser.add_argument("--seed", type=int, default=11, help="seed of synthetic_articles (default 11)")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
+    parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--input", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.count < 1 or args.repeat < 1:
         parser.error("--count and --repeat must be positive")
 
-    total_started = time.perf_counter()
     pinning = pin_to_one_core()
+    if args.measure:  # a child: one measurement, its result as JSON on the last line
+        result = measure(args.measure, args.input, args.repeat)
+        print(orjson.dumps(result.__dict__).decode())
+        return 0
+
+    total_started = time.perf_counter()
     machine = machine_info(pinning)
     print("machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()))
-    print("threads: OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS=1")
+    print("threads: OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS=1; each measurement in a fresh process")
 
     started = time.perf_counter()
     articles = list(synthetic_articles(args.count, seed=args.seed))
     lines = [orjson.dumps(article) for article in articles]
-    texts = [document_text(a.get("title"), a["body"]) for a in articles]
-    settings = Settings(stages=STAGES)
+    chars = sum(len(document_text(a.get("title"), a["body"])) for a in articles)
+    del articles
     print(
         f"input: {len(lines):,} articles, {sum(map(len, lines)) / 1e6:,.1f} MB of JSON,"
-        f" {sum(map(len, texts)) / len(texts):,.0f} characters of text on average"
+        f" {chars / len(lines):,.0f} characters of text on average"
         f" (generated in {time.perf_counter() - started:.1f} s); stages {','.join(s.value for s in STAGES)};"
         f" best of {args.repeat}"
     )
-    word_simhash(texts[0], 3)  # compile (or load) the Numba kernel outside the timings
-    # The benchmark holds every input in memory, which a streaming process does not: keep
-    # those objects out of the garbage collector's scans so they do not tax every timing.
-    gc.collect()
-    gc.freeze()
-    results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bench-input-") as folder:
         jsonl = Path(folder) / "articles.jsonl"
         jsonl.write_bytes(b"".join(line + b"\n" for line in lines))
-        del articles
-
-        template = MinHash(num_perm=NUM_PERM)
-        reference = best_of(args.repeat, lambda: minhash_reference(texts, template))
-        results.append(reference)
-        results.append(best_of(args.repeat, lambda: minhash_with_parse(lines, template)))
-        results.append(best_of(args.repeat, lambda: minhash_constructor(min(args.count, 5_000))))
-
-        feature_runs = [features(settings, lines) for _ in range(args.repeat)]
-        feature_result, docs = min(feature_runs, key=lambda pair: pair[0].seconds)
-        del feature_runs
-        results.append(feature_result)
-        results.append(best_of(args.repeat, lambda: decisions(settings, docs)))
-        docs.clear()
-        combined = best_of(args.repeat, lambda: features_and_decisions(settings, lines))
-        results.append(combined)
-        results.append(best_of(args.repeat, lambda: end_to_end(settings, jsonl, len(lines))))
+        results = [measure_in_child(name, jsonl, args.repeat) for name in MEASUREMENTS]
+    reference, combined = results[0], results[MEASUREMENTS.index("combined")]
 
     print()
     print_table(results, reference)
     print()
     print(f"verdicts by stage (ours, stages 1-3): {combined.extra['verdicts']}")
-    if feature_result.extra["rejected"]:
-        print(f"rejected by the featurizer: {feature_result.extra['rejected']}")
     ratio = combined.per_second / reference.per_second
     cpu_ratio = combined.cpu_per_second / reference.cpu_per_second
     print(
