@@ -62,7 +62,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -202,7 +202,11 @@ def features(settings: Settings, lines: list[bytes]) -> tuple[Result, list[Docum
     return result, docs
 
 
-def decisions(settings: Settings, docs: list[Document]) -> Result:
+def decide_all(
+    settings: Settings, docs: Iterable[Document | Rejection], name: str, count: int, includes: str
+) -> Result:
+    """Time `Cascade.decide` over `docs` (and whatever producing them costs) on a fresh store,
+    committing every COMMIT_SECONDS as the runner does."""
     with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
         state = SqliteStateStore(Path(folder) / "state.sqlite3")
         cascade = Cascade(settings, state)
@@ -210,6 +214,9 @@ def decisions(settings: Settings, docs: list[Document]) -> Result:
         started, cpu_started = time.perf_counter(), time.process_time()
         last_commit = started
         for doc in docs:
+            if isinstance(doc, Rejection):
+                counts["rejected"] += 1
+                continue
             link = cascade.decide(doc).link
             counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
             if time.perf_counter() - last_commit >= COMMIT_SECONDS:
@@ -218,38 +225,24 @@ def decisions(settings: Settings, docs: list[Document]) -> Result:
         state.commit()
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         state.close()
-    includes = "Cascade.decide over SQLite (WAL), a commit every 2 s as the runner does"
-    result = Result("ours: decisions", seconds, len(docs), includes, cpu)
+    result = Result(name, seconds, count, includes, cpu)
     result.extra["verdicts"] = dict(sorted(counts.items()))
     return result
+
+
+def decisions(settings: Settings, docs: list[Document]) -> Result:
+    includes = "Cascade.decide over SQLite (WAL), a commit every 2 s as the runner does"
+    return decide_all(settings, docs, "ours: decisions", len(docs), includes)
 
 
 def features_and_decisions(settings: Settings, lines: list[bytes]) -> Result:
-    with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
-        state = SqliteStateStore(Path(folder) / "state.sqlite3")
-        cascade = Cascade(settings, state)
-        parse = Featurizer(settings).parse
-        counts: Counter[str] = Counter()
-        started, cpu_started = time.perf_counter(), time.process_time()
-        last_commit = started
-        for begin in range(0, len(lines), CHUNK):
-            parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines[begin : begin + CHUNK]]
-            for doc in parsed:
-                if isinstance(doc, Rejection):
-                    counts["rejected"] += 1
-                    continue
-                link = cascade.decide(doc).link
-                counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
-            if time.perf_counter() - last_commit >= COMMIT_SECONDS:
-                state.commit()
-                last_commit = time.perf_counter()
-        state.commit()
-        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-        state.close()
+    parse = Featurizer(settings).parse
+    chunks = (
+        [parse(raw, ingest_time=INGEST_TIME) for raw in lines[i : i + CHUNK]] for i in range(0, len(lines), CHUNK)
+    )
+    docs = (doc for chunk in chunks for doc in chunk)
     includes = "both of the above, per chunk of 256, a commit every 2 s"
-    result = Result("ours: parse + features + decisions", seconds, len(lines), includes, cpu)
-    result.extra["verdicts"] = dict(sorted(counts.items()))
-    return result
+    return decide_all(settings, docs, "ours: parse + features + decisions", len(lines), includes)
 
 
 def end_to_end(settings: Settings, jsonl: Path, count: int) -> Result:

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from streams.core.model import ModelId
+from streams.embedders.base import LazyEmbedder
 
 DIM = 1024
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -51,7 +48,7 @@ def weights_version(path: Path) -> str:
     return hashlib.sha256(config.read_bytes()).hexdigest()[:12]
 
 
-class BgeM3Embedder:
+class BgeM3Embedder(LazyEmbedder):
     """`Embedder` over FlagEmbedding's `BGEM3FlagModel`, dense vectors only.
 
     The folder is checked (and versioned) at construction, so a wrong path fails at
@@ -73,40 +70,22 @@ class BgeM3Embedder:
         self.path = Path(path)
         if not self.path.is_dir():
             raise ValueError(f"BGE-M3 weights folder {self.path} does not exist or is not a directory")
+        super().__init__(ModelId(name="bge-m3", version=weights_version(self.path), dim=DIM), max_chars)
         self.device = device
         self.batch_size = batch_size
-        self.max_chars = max_chars
         self.max_length = max_length
-        self._model_id = ModelId(name="bge-m3", version=weights_version(self.path), dim=DIM)
-        self._model: Any = None
-        self._lock = threading.Lock()
 
-    @property
-    def model_id(self) -> ModelId:
-        return self._model_id
+    def _open(self) -> Any:
+        try:
+            import torch
+            from FlagEmbedding import BGEM3FlagModel
+        except ImportError as exc:
+            raise ImportError(
+                "BGE-M3 needs FlagEmbedding: install the `bge` extra "
+                "(FlagEmbedding needs transformers<5, sentence-transformers<6, huggingface_hub<1)"
+            ) from exc
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return BGEM3FlagModel(str(self.path), use_fp16=device.startswith("cuda"), devices=device)
 
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                try:
-                    import torch
-                    from FlagEmbedding import BGEM3FlagModel
-                except ImportError as exc:
-                    raise ImportError(
-                        "BGE-M3 needs FlagEmbedding: install the `bge` extra "
-                        "(FlagEmbedding needs transformers<5, sentence-transformers<6, huggingface_hub<1)"
-                    ) from exc
-                device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-                self._model = BGEM3FlagModel(str(self.path), use_fp16=device.startswith("cuda"), devices=device)
-            return self._model
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """A float32 (len(texts), 1024) array of unit rows; each text cut to `max_chars` first."""
-        if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
-        model = self._load()
-        clipped = [text[: self.max_chars] for text in texts]
-        out = model.encode(clipped, batch_size=self.batch_size, max_length=self.max_length)["dense_vecs"]
-        vectors = np.asarray(out, dtype=np.float32).reshape(len(clipped), DIM)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
+    def _encode(self, model: Any, texts: list[str]) -> Any:
+        return model.encode(texts, batch_size=self.batch_size, max_length=self.max_length)["dense_vecs"]

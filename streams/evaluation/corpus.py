@@ -122,7 +122,7 @@ def _syndicate(text: str) -> str:
     return "  ".join("".join(out).split(" "))
 
 
-def _decompose_bangla(text: str) -> str:
+def decompose_bangla(text: str) -> str:
     """The same Bangla letters as other codepoint sequences (nukta and vowel-sign decompositions)."""
     return (
         text.replace("\u09df", "\u09af\u09bc")
@@ -229,8 +229,8 @@ def labelled_stream(
             {
                 "id": f"{story}-bn-copy",
                 "url": f"https://another.example.com.bd/{number}",
-                "title": _decompose_bangla(bn_title),
-                "body": _decompose_bangla(bn_body),
+                "title": decompose_bangla(bn_title),
+                "body": decompose_bangla(bn_body),
             },
             story,
             "bangla_composition",
