@@ -18,17 +18,6 @@ from typing import Any
 
 ORIGINAL = "original"
 NEGATIVE = "hard_negative"
-DUPLICATE_KINDS = (
-    "url_variant",
-    "syndicated",
-    "edit_gb",
-    "edit_us",
-    "appended_update",
-    "changed_headline",
-    "translation_bn",
-    "bangla_composition",
-)
-EXACT_AND_NEAR_KINDS = ("url_variant", "syndicated", "edit_gb", "edit_us", "appended_update", "changed_headline")
 T0 = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)
 
 
