@@ -40,6 +40,9 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
             err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False, soft_wrap=True)
         except (OSError, ValueError, RuntimeError) as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        except KeyboardInterrupt:
+            err.print("interrupted: outputs and state are saved up to the last document decided", soft_wrap=True)
+            raise typer.Exit(130) from None
         raise typer.Exit(2)
 
     return wrapper
