@@ -112,7 +112,11 @@ class Settings(BaseSettings):
         1000, ge=1, description="A group this large sends further near-duplicates to review instead of linking."
     )
     max_record_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Input lines larger than this are rejected.")
-    language_sample_chars: int = Field(300, ge=50, description="Characters given to the language identifier.")
+    language_sample_chars: int = Field(
+        200,
+        ge=50,
+        description="Characters given to the language identifier; news is identified from its first lines.",
+    )
     simhash: SimhashSettings = Field(default_factory=SimhashSettings)
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
 

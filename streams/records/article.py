@@ -60,12 +60,12 @@ class Featurizer:
         if len(raw) > limit:
             return Rejection(f"record is {len(raw):,} bytes, above the limit of {limit:,}", raw)
         try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return Rejection(f"invalid UTF-8 at byte {exc.start}", raw)
-        try:
-            article = orjson.loads(raw)
+            article = orjson.loads(raw)  # checks UTF-8 too
         except orjson.JSONDecodeError as exc:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return Rejection(f"invalid UTF-8 at byte {bad.start}", raw)
             return Rejection(f"invalid JSON: {exc}", raw)
         if not isinstance(article, dict):
             return Rejection(f"record must be a JSON object, got {type(article).__name__}", raw)
