@@ -5,6 +5,9 @@ hashes) of every document point at its canonical, which cannot chain because
 equality is transitive; SimHash bands and vectors hold canonicals only, and a
 document joins a group only if it is within threshold of the group's
 canonical (the closest; ties to the oldest). The first seen stays canonical.
+A document in doubt (a score between the review and link cut-offs, or a
+near-duplicate of a group at its size cap) gets `review`: it joins no group and
+keeps its exact keys, so its exact copies share its verdict.
 
 The cascade knows its stores only through the ports, and takes vectors from
 its caller, so the same code runs on a file with embedded stores and on Kafka
@@ -111,7 +114,6 @@ class Cascade:
             started = perf_counter()
             link = self._semantic(doc, vector)
             self.seconds[Stage.SEMANTIC] += perf_counter() - started
-        group_size = None
         if link is None or link.canonical_id == doc.doc_id:
             link, group_size = self._register(doc, vector)
         else:
