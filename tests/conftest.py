@@ -1,10 +1,16 @@
-"""Shared fixtures: the public data in ../shared/data and small helpers to build records."""
+"""Shared fixtures: the public data in ../shared/data, and a real Redis on a free port."""
 
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
 
@@ -17,3 +23,40 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def ntrex(shared_data: Path) -> list[NtrexDocument]:
     return ntrex_documents(shared_data)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis (Debian's redis-server) on a free port, stopped by PID at the end."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed; .ci/run installs it (apt-get install redis-server)")
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    server = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"redis-server did not start on port {port}") from None
+            time.sleep(0.05)
+    client.close()
+    yield url
+    server.terminate()
+    server.wait(timeout=10)

@@ -1,17 +1,22 @@
-"""The cascade on a real SQLite store, stages 1 to 3 (the semantic stage runs in the end-to-end tests)."""
+"""The cascade, stages 1 to 3, on each real state store: SQLite and Redis (the semantic stage runs in
+the end-to-end tests). Whatever the store, the verdicts are the same."""
 
 from __future__ import annotations
 
 import itertools
+import uuid
+from collections.abc import Callable
 
 import pytest
 
 from streams.config import ModelThresholds, Settings
 from streams.core.cascade import Cascade, semantic_match
 from streams.core.model import Document, Link, Neighbour, Stage, Verdict
-from streams.evaluation.corpus import NtrexDocument
+from streams.core.ports import StateStore
+from streams.evaluation.corpus import NtrexDocument, labelled_stream
 from streams.features.simhash import bands
 from streams.records.article import Featurizer
+from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
@@ -35,9 +40,18 @@ def featurizer(settings: Settings) -> Featurizer:
     return Featurizer(settings)
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def new_state(request: pytest.FixtureRequest) -> Callable[[], StateStore]:
+    """Makes empty state stores of one kind."""
+    if request.param == "sqlite":
+        return lambda: SqliteStateStore(":memory:")
+    url = request.getfixturevalue("redis_url")
+    return lambda: RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:")
+
+
 @pytest.fixture
-def cascade(settings: Settings) -> Cascade:
-    return Cascade(settings, SqliteStateStore(":memory:"))
+def cascade(settings: Settings, new_state: Callable[[], StateStore]) -> Cascade:
+    return Cascade(settings, new_state())
 
 
 def test_each_stage_links_its_kind_of_copy(
@@ -97,8 +111,10 @@ def test_distinct_stories_are_never_merged(
             assert link.canonical_id.split("-")[0] == str(number)
 
 
-def test_group_cap_sends_further_near_duplicates_to_review(featurizer: Featurizer) -> None:
-    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), SqliteStateStore(":memory:"))
+def test_group_cap_sends_further_near_duplicates_to_review(
+    featurizer: Featurizer, new_state: Callable[[], StateStore]
+) -> None:
+    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), new_state())
     words = [f"word{i}" for i in range(300)]
     base = " ".join(words)
     cascade.decide(make(featurizer, "https://a.example.com/0", "t", base, "c"))
@@ -110,8 +126,8 @@ def test_group_cap_sends_further_near_duplicates_to_review(featurizer: Featurize
     assert exact.verdict is Verdict.DUPLICATE  # exact equality is never in doubt
 
 
-def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer) -> None:
-    store = SqliteStateStore(":memory:")
+def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer, new_state: Callable[[], StateStore]) -> None:
+    store = new_state()
     cascade = Cascade(Settings(stages=CHEAP), store)
     words = " ".join(f"w{i}" for i in range(200))
     simhash = make(featurizer, "https://x.example.com/", "t", words).simhash
@@ -122,8 +138,8 @@ def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer) -> None:
     assert (link.stage, link.canonical_id) == (Stage.SIMHASH, "older")
 
 
-def test_disabled_stages_are_skipped(featurizer: Featurizer) -> None:
-    cascade = Cascade(Settings(stages=[Stage.CONTENT]), SqliteStateStore(":memory:"))
+def test_disabled_stages_are_skipped(featurizer: Featurizer, new_state: Callable[[], StateStore]) -> None:
+    cascade = Cascade(Settings(stages=[Stage.CONTENT]), new_state())
     cascade.decide(make(featurizer, "https://a.example.com/1", "t", "one body", "a"))
     other_text = cascade.decide(make(featurizer, "https://a.example.com/1", "t", "another body", "b")).link
     assert other_text == Link.unique("b")
@@ -146,8 +162,10 @@ def test_semantic_match_holds_each_language_relation_to_its_own_cut_offs() -> No
     assert semantic_match(close_same, cross, cuts) == (close_same, Verdict.DUPLICATE)
 
 
-def test_exact_copies_of_a_document_under_review_share_its_verdict(featurizer: Featurizer) -> None:
-    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), SqliteStateStore(":memory:"))
+def test_exact_copies_of_a_document_under_review_share_its_verdict(
+    featurizer: Featurizer, new_state: Callable[[], StateStore]
+) -> None:
+    cascade = Cascade(Settings(stages=CHEAP, group_cap=2), new_state())
     base = " ".join(f"word{i}" for i in range(300))
     cascade.decide(make(featurizer, "https://a.example.com/0", "t", base, "c"))
     cascade.decide(make(featurizer, "https://a.example.com/1", "t", base + " extra1", "n1"))
@@ -161,3 +179,17 @@ def test_exact_copies_of_a_document_under_review_share_its_verdict(featurizer: F
     # The re-crawl's own new text now stands for the review too.
     again = cascade.decide(make(featurizer, "https://c.example.net/9", "t", "new text", "n2-url-copy")).link
     assert (again.verdict, again.canonical_id) == (Verdict.REVIEW, "c")
+
+
+def test_the_stores_give_the_same_verdicts_on_the_labelled_stream(redis_url: str) -> None:
+    stream = labelled_stream(negative_pairs=50)
+    settings = Settings(stages=CHEAP)
+    featurizer = Featurizer(settings)
+    docs = [featurizer.featurize(dict(item.record), b"", ingest_time=0) for item in stream]
+    verdicts = []
+    for store in (SqliteStateStore(":memory:"), RedisStateStore.from_url(redis_url, prefix=f"t{uuid.uuid4().hex}:")):
+        cascade = Cascade(settings, store)
+        verdicts.append([cascade.decide(doc).link for doc in docs if isinstance(doc, Document)])
+    assert len(verdicts[0]) == len(stream)
+    assert verdicts[0] == verdicts[1]
+    assert sum(link.verdict is Verdict.DUPLICATE for link in verdicts[0]) > 300
