@@ -48,6 +48,20 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def _progress(quiet: bool) -> Progress:
+    """A progress bar over input bytes, on stderr; gone when done."""
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=True,
+    )
+
+
 def _parse_stages(value: str | None) -> list[Stage] | None:
     if value is None:
         return None
@@ -95,22 +109,36 @@ def run_command(
     settings = Settings(**overrides)  # type: ignore[arg-type]
     paths = RunPaths(out=out, state=state or settings.state_dir or out / "state")
 
-    progress = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        disable=quiet,
-        transient=True,
-    )
-    with progress:
+    with _progress(quiet) as progress:
         task = progress.add_task("deduplicating", total=input_size(inputs))
         stats = run(settings, inputs, paths, on_bytes=lambda n: progress.advance(task, n))
     if not quiet:
         err.print(stats.table())
         err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}", highlight=False)
+
+
+@app.command("replay")
+@one_line_errors
+def replay_command(
+    links: Annotated[list[str], typer.Argument(help="links.jsonl files of earlier runs (.gz accepted), in order.")],
+    state: Annotated[Path, typer.Option(help="State folder to rebuild (created if absent).")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+) -> None:
+    """Rebuild a state folder (exact keys, band sets, vectors, verdicts) from published links; idempotent."""
+    from streams.runner.jsonl import input_size
+    from streams.runner.replay import replay_files
+
+    with _progress(quiet) as progress:
+        task = progress.add_task("replaying", total=input_size(links))
+        stats = replay_files(links, state, on_bytes=lambda n: progress.advance(task, n))
+    if not quiet:
+        err.print(
+            f"replayed {stats.read} links into {state}: {stats.restored} restored,"
+            f" {stats.already_there} already there, {len(stats.bad)} unreadable",
+            highlight=False,
+        )
+    for problem in stats.bad[:10]:
+        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
 
 
 @app.command("version")

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from streams.core.model import Document, Link
-from streams.records.article import format_timestamp
+from streams.core.model import Document, Link, Stage, Verdict
+from streams.core.replay import Recorded
+from streams.records.article import format_timestamp, parse_timestamp
 
 
 def now_rfc3339() -> str:
@@ -52,3 +53,25 @@ def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
         "id": doc.doc_id,
         "features": {"normalized_url": doc.normalized_url, **features_of(doc), "verdict": link.verdict.value},
     }
+
+
+def read_link_record(record: dict[str, Any]) -> Recorded:
+    """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed."""
+    link = Link(
+        doc_id=record["doc_id"],
+        verdict=Verdict(record["verdict"]),
+        canonical_id=record["canonical_id"],
+        stage=Stage(record["stage"]) if record["stage"] else None,
+        score=record["score"],
+        model=record["model"],
+    )
+    vector = record.get("vector")
+    return Recorded(
+        link=link,
+        url_hash=record["url_hash"],
+        content_hash=record["content_hash"],
+        simhash=int(record["simhash"], 16),
+        language=record["language"],
+        published_at=parse_timestamp(record["published_at"]),
+        vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
+    )

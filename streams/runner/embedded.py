@@ -57,7 +57,7 @@ class RunPaths:
 
 
 @contextmanager
-def _locked(state_dir: Path) -> Iterator[None]:
+def locked(state_dir: Path) -> Iterator[None]:
     """One run per state folder: the vector shard and SQLite file are single-writer."""
     state_dir.mkdir(parents=True, exist_ok=True)
     with open(state_dir / "LOCK", "w") as handle:
@@ -78,7 +78,7 @@ def run(
 ) -> RunStats:
     """Decide every document of `sources`; write links, deduped and rejected records under `paths.out`."""
     paths.out.mkdir(parents=True, exist_ok=True)
-    with _locked(paths.state):
+    with locked(paths.state):
         state = SqliteStateStore(paths.state / "state.sqlite3")
         vectors = None
         if Stage.SEMANTIC in settings.stages:
