@@ -32,6 +32,7 @@ def good(**fields: object) -> dict[str, object]:
         (b'{"url": 5, "body": "text"}', "url must be string"),
         (b'{"url": "https://e.com/a", "body": ["a"]}', "body must be string"),
         (b'{"url": "https://e.com/a", "body": "x", "published_at": "last tuesday"}', "not an RFC 3339"),
+        (b'{"url": "https://e.com/a", "body": "x", "published_at": "9999-12-31T23:59:59-23:59"}', "out of range"),
         (b'{"url": "https://e.com/a", "body": "x", "published_at": 1700000000}', "published_at must be"),
         (b'{"url": "mailto:x@e.com", "body": "x"}', "must be http or https"),
         (b'{"url": "https://e.com/a", "body": "   "}', "no text"),

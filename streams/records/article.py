@@ -39,6 +39,10 @@ def parse_timestamp(value: str) -> int:
         raise ValueError(f"published_at {value!r} is not an RFC 3339 date-time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
+    try:
+        moment = moment.astimezone(UTC)  # years 1 to 9999 in UTC, or every output would fail on it
+    except OverflowError:
+        raise ValueError(f"published_at {value!r} is out of range") from None
     return int(moment.timestamp())
 
 
