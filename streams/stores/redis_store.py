@@ -1,23 +1,31 @@
 """The production state store: the same `StateStore` on Redis, shared by every worker.
 
-Keys, under a configurable prefix (default `dedup:`):
+Redis spends about 50 bytes on every key, so nothing here has a key of its own:
+entries live as fields of hashes split into a fixed number of buckets (a small
+hash is stored as one compact listpack). Under a configurable prefix (default
+`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x`:
 
-| key | type | holds |
+| hash | field | value |
 |---|---|---|
-| `v:{doc_id}` | string | the verdict: `verdict␟canonical␟stage␟score␟model` |
-| `x:{exact key}` | string | the canonical (or document under review) an exact key points to |
-| `c:{doc_id}` | string | a canonical's first-seen `seq` (marks it registered) |
-| `b:{language}:{band}:{value}` | set | members `doc_id␟simhash hex␟seq` of the canonicals with that band value |
-| `seq` | counter | the last `seq` given out |
-| `g:{doc_id}` | counter | members of a canonical's group besides itself |
+| `v:{B(doc_id)}` | doc_id | the verdict: `verdict␟canonical␟stage␟score␟model` |
+| `x:{B(key)}` | rest of the key's hash (96 bits) | the canonical (or document under review) an exact key points to |
+| `c:{B(doc_id)}` | doc_id | a canonical's first-seen `seq` (marks it registered) |
+| `s:{seq >> 8}` | seq | `doc_id␟simhash hex` of that canonical |
+| `b:{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
+| `g:{B(doc_id)}` | doc_id | members of a canonical's group besides itself |
+| `seq` (string) | | the last `seq` given out |
 
-Band set members carry the fingerprint and `seq`, so a candidate lookup is one
-SUNION. Claims and compare-and-set run as Lua scripts: atomic across workers.
-Every key a script touches is passed in KEYS, as Redis Cluster requires.
+Buckets stay small enough for the compact encoding up to about 100,000 canonicals
+(`benchmarks/redis_memory.py` measures bytes per canonical). Claims,
+compare-and-set and canonical registration run as Lua scripts, atomic across
+workers. The registration script writes the `s:` bucket of the `seq` it has just
+drawn, a key it cannot be given in advance: on Redis Cluster, give the prefix a
+hash tag (`{dedup}:`) so every key lives in one slot.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import redis
@@ -29,24 +37,33 @@ _SEP = "\x1f"
 _CLAIM = """
 local holders = {}
 for i, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1], 'NX')
-  holders[i] = redis.call('GET', key)
+  redis.call('HSETNX', key, ARGV[i + 1], ARGV[1])
+  holders[i] = redis.call('HGET', key, ARGV[i + 1])
 end
 return holders
 """
 _REPLACE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2])
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
   return 1
 end
 return 0
 """
+# KEYS: c bucket, seq counter, 4 band buckets; ARGV: doc_id, 'doc_id␟simhash', 4 band values, s-bucket prefix.
+# The seq bucket is only known after INCR, so its key is built here from ARGV[7] (single-slot prefix).
 _ADD_CANONICAL = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local seq = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], seq)
-for i = 3, #KEYS do
-  redis.call('SADD', KEYS[i], ARGV[1] .. seq)
+redis.call('HSET', KEYS[1], ARGV[1], seq)
+redis.call('HSET', ARGV[7] .. math.floor(seq / 256), seq, ARGV[2])
+for i = 3, 6 do
+  local value = ARGV[i]
+  local current = redis.call('HGET', KEYS[i], value)
+  if current then
+    redis.call('HSET', KEYS[i], value, current .. ' ' .. seq)
+  else
+    redis.call('HSET', KEYS[i], value, seq)
+  end
 end
 return seq
 """
@@ -55,9 +72,10 @@ return seq
 class RedisStateStore:
     """`StateStore` on a Redis server (or a Redis-protocol one)."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "dedup:") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "dedup:", bucket_bits: int = 12) -> None:
         self._redis = client
         self._prefix = prefix
+        self._bucket_hex = max(1, bucket_bits // 4)
         self._claim = client.register_script(_CLAIM)
         self._replace = client.register_script(_REPLACE)
         self._add_canonical = client.register_script(_ADD_CANONICAL)
@@ -70,8 +88,17 @@ class RedisStateStore:
     def close(self) -> None:
         self._redis.close()
 
+    def _bucket(self, kind: str, item: str) -> str:
+        digest = hashlib.blake2b(item.encode(), digest_size=8).hexdigest()
+        return f"{self._prefix}{kind}:{digest[: self._bucket_hex]}"
+
+    def _exact(self, key: str) -> tuple[str, str]:
+        """(bucket, field) of an exact key: 128 bits of its hash, split."""
+        digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+        return f"{self._prefix}x:{digest[: self._bucket_hex]}", digest[self._bucket_hex : self._bucket_hex + 24]
+
     def verdict_of(self, doc_id: str) -> Link | None:
-        value = self._redis.get(f"{self._prefix}v:{doc_id}")
+        value = self._redis.hget(self._bucket("v", doc_id), doc_id)
         if value is None:
             return None
         verdict, canonical_id, stage, score, model = value.split(_SEP)
@@ -87,36 +114,50 @@ class RedisStateStore:
     def record_verdict(self, link: Link) -> None:
         score = "" if link.score is None else repr(link.score)
         value = _SEP.join((link.verdict.value, link.canonical_id, link.stage or "", score, link.model or ""))
-        self._redis.set(f"{self._prefix}v:{link.doc_id}", value)
+        self._redis.hset(self._bucket("v", link.doc_id), link.doc_id, value)
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
-        values = self._redis.mget([f"{self._prefix}x:{key}" for key in keys])
-        return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
+        pipe = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(*self._exact(key))
+        return {key: value for key, value in zip(keys, pipe.execute(), strict=True) if value is not None}
 
     def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
-        holders = self._claim(keys=[f"{self._prefix}x:{key}" for key in keys], args=[canonical_id])
+        places = [self._exact(key) for key in keys]
+        holders = self._claim(keys=[bucket for bucket, _ in places], args=[canonical_id, *(f for _, f in places)])
         return dict(zip(keys, holders, strict=True))
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
-        return bool(self._replace(keys=[f"{self._prefix}x:{key}"], args=[expected, canonical_id]))
+        bucket, field = self._exact(key)
+        return bool(self._replace(keys=[bucket], args=[field, expected, canonical_id]))
 
     def _band_keys(self, language: str, bands: Sequence[int]) -> list[str]:
-        return [f"{self._prefix}b:{language}:{index}:{value}" for index, value in enumerate(bands)]
+        return [f"{self._prefix}b:{language}:{index}:{value >> 6}" for index, value in enumerate(bands)]
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
+        pipe = self._redis.pipeline(transaction=False)
+        for key, value in zip(self._band_keys(language, bands), bands, strict=True):
+            pipe.hget(key, str(value))
+        seqs = sorted({int(seq) for found in pipe.execute() if found for seq in found.split()})
+        if not seqs:
+            return []
+        pipe = self._redis.pipeline(transaction=False)
+        for seq in seqs:
+            pipe.hget(f"{self._prefix}s:{seq // 256}", str(seq))
         candidates = []
-        for member in self._redis.sunion(self._band_keys(language, bands)):
-            doc_id, simhash, seq = member.split(_SEP)
-            candidates.append(Canonical(doc_id, int(simhash, 16), language, int(seq)))
+        for seq, entry in zip(seqs, pipe.execute(), strict=True):
+            doc_id, simhash = entry.split(_SEP)
+            candidates.append(Canonical(doc_id, int(simhash, 16), language, seq))
         return candidates
 
     def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
-        keys = [f"{self._prefix}c:{canonical_id}", f"{self._prefix}seq", *self._band_keys(language, bands)]
-        self._add_canonical(keys=keys, args=[f"{canonical_id}{_SEP}{simhash:x}{_SEP}"])
+        keys = [self._bucket("c", canonical_id), f"{self._prefix}seq", *self._band_keys(language, bands)]
+        args = [canonical_id, f"{canonical_id}{_SEP}{simhash:x}", *map(str, bands), f"{self._prefix}s:"]
+        self._add_canonical(keys=keys, args=args)
 
     def grow_group(self, canonical_id: str) -> int:
-        return int(self._redis.incr(f"{self._prefix}g:{canonical_id}")) + 1
+        return int(self._redis.hincrby(self._bucket("g", canonical_id), canonical_id, 1)) + 1
 
     def group_size(self, canonical_id: str) -> int:
-        value = self._redis.get(f"{self._prefix}g:{canonical_id}")
+        value = self._redis.hget(self._bucket("g", canonical_id), canonical_id)
         return 1 if value is None else int(value) + 1
