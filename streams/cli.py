@@ -141,6 +141,49 @@ def replay_command(
         err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
 
 
+topics_app = typer.Typer(help="Kafka topics of the streaming service.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("create")
+@one_line_errors
+def topics_create_command(
+    partitions: Annotated[
+        int | None, typer.Option(min=1, help="Partitions per topic \\[default: topics.partitions, 6].")
+    ] = None,
+) -> None:
+    """Create every topic from configuration (links compacted, the rest by retention); safe to repeat."""
+    from rich.table import Table
+
+    from streams.kafka.topics import create_topics
+
+    states = create_topics(Settings(), partitions)
+    table = Table("topic", "action", "partitions", "cleanup.policy", "differs from configuration")
+    for state in states:
+        table.add_row(state.name, state.action, str(state.partitions), state.cleanup_policy, state.problem or "")
+    err.print(table)
+
+
+@app.command("publish")
+@one_line_errors
+def publish_command(
+    inputs: Annotated[list[str], typer.Argument(help="JSONL files of raw articles (.gz accepted), or -.")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+) -> None:
+    """Send raw articles to the raw topic (bad lines too: the workers reject them with a reason)."""
+    from streams.kafka.publish import publish_files
+    from streams.runner.jsonl import input_size
+
+    settings = Settings()
+    with _progress(quiet) as progress:
+        task = progress.add_task("publishing", total=input_size(inputs))
+        stats = publish_files(settings, inputs, on_bytes=lambda n: progress.advance(task, n))
+    if not quiet:
+        err.print(f"published {stats.acknowledged} of {stats.sent} lines to {settings.topics.raw}", highlight=False)
+    if stats.failed:
+        raise RuntimeError(f"{len(stats.failed)} records were not acknowledged; first: {stats.failed[0]}")
+
+
 @app.command("version")
 def version_command() -> None:
     """Print the version."""

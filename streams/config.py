@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -95,6 +95,19 @@ class SemanticSettings(BaseModel):
             ) from None
 
 
+class TopicSettings(BaseModel):
+    """Kafka topic names of the streaming service, and how they are created."""
+
+    raw: str = "articles.raw"
+    deduped: str = "articles.deduped"
+    links: str = "dedup.links"
+    rejected: str = "articles.rejected"
+    stage_simhash: str = "dedup.stage.simhash"
+    stage_semantic: str = "dedup.stage.semantic"
+    partitions: int = Field(6, ge=1, description="Partitions of each topic created by `dedup topics create`.")
+    replication_factor: int = Field(1, ge=1)
+
+
 class Settings(BaseSettings):
     """Configuration of the cascade and its embedded runner."""
 
@@ -117,6 +130,12 @@ class Settings(BaseSettings):
         ge=50,
         description="Characters given to the language identifier; news is identified from its first lines.",
     )
+    kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers, host:port[,host:port].")
+    kafka_config: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings (security.protocol, sasl.*, ssl.*); values are never logged.",
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
     simhash: SimhashSettings = Field(default_factory=SimhashSettings)
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
 
@@ -127,6 +146,13 @@ class Settings(BaseSettings):
         if not self.stages:
             raise ValueError("at least one stage must be enabled")
         return self
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka settings for any client: the bootstrap servers and the extra settings."""
+        if not self.kafka_bootstrap:
+            raise ValueError("no Kafka broker configured: set DEDUP_KAFKA_BOOTSTRAP (host:port)")
+        extra = {name: secret.get_secret_value() for name, secret in self.kafka_config.items()}
+        return {"bootstrap.servers": self.kafka_bootstrap, **extra}
 
     @classmethod
     def settings_customise_sources(

@@ -1,7 +1,8 @@
-"""Shared fixtures: the public data in ../shared/data, and a real Redis on a free port."""
+"""Shared fixtures: the public data in ../shared/data; a real Redis and a real Kafka-protocol broker on free ports."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
 
@@ -60,3 +63,35 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield url
     server.terminate()
     server.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Kafka-protocol broker: DEDUP_TEST_KAFKA_BOOTSTRAP if set, else noida-db's binary on a free port."""
+    given = os.environ.get("DEDUP_TEST_KAFKA_BOOTSTRAP")
+    if given:
+        yield given
+        return
+    import noida_db  # the wheel ships the broker binary; start it directly, not through its wrapper
+
+    binary = Path(noida_db.__file__).parent / "noida-db"
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("kafka")
+    command = [str(binary), "start", "--data-dir", str(folder / "data"), "--host", "127.0.0.1"]
+    log = (folder / "broker.log").open("wb")
+    broker = subprocess.Popen([*command, "--only", "kafka", "--kafka-port", str(port)], stdout=log, stderr=log)
+    bootstrap = f"127.0.0.1:{port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            admin.list_topics(timeout=1)
+            break
+        except KafkaException:
+            if broker.poll() is not None or time.monotonic() > deadline:
+                broker.kill()
+                raise RuntimeError(f"the Kafka broker did not start; see {folder / 'broker.log'}") from None
+    yield bootstrap
+    broker.terminate()
+    broker.wait(timeout=30)
+    log.close()

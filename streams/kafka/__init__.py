@@ -1,0 +1,1 @@
+"""Kafka adapters: topic administration, the crawler-side producer (and, next, the stage agents)."""
