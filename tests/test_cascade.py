@@ -193,3 +193,18 @@ def test_the_stores_give_the_same_verdicts_on_the_labelled_stream(redis_url: str
     assert len(verdicts[0]) == len(stream)
     assert verdicts[0] == verdicts[1]
     assert sum(link.verdict is Verdict.DUPLICATE for link in verdicts[0]) > 300
+
+
+def test_would_link_predicts_what_stages_one_to_three_will_link(featurizer: Featurizer) -> None:
+    cascade = Cascade(Settings(stages=CHEAP), SqliteStateStore(":memory:"))
+    base = " ".join(f"word{i}" for i in range(300))
+    original = make(featurizer, "https://a.example.com/1", "t", base)
+    recrawl = make(featurizer, "https://a.example.com/1?utm_source=x", "other", "other text")
+    wire = make(featurizer, "https://b.example.com/9", "t", base)
+    edited = make(featurizer, "https://c.example.com/9", "t", base + " extra")
+    other = make(featurizer, "https://d.example.com/9", "t", " ".join(f"other{i}" for i in range(300)))
+    assert [cascade.would_link(d, original) for d in (recrawl, wire, edited, other)] == [True, True, True, False]
+    cascade.decide(original)
+    assert [cascade.decide(d).link.canonical_id for d in (recrawl, wire, edited)] == [original.doc_id] * 3
+    content_only = Cascade(Settings(stages=[Stage.CONTENT]), SqliteStateStore(":memory:"))
+    assert not content_only.would_link(recrawl, original) and not content_only.would_link(edited, original)

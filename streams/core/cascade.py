@@ -102,6 +102,19 @@ class Cascade:
         """Whether `decide` will want this document's vector, given the state right now (read-only)."""
         return self.semantic and self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
 
+    def would_link(self, doc: Document, earlier: Document) -> bool:
+        """Whether stages 1 to 3 would link `doc` to `earlier` were `earlier` a canonical (pure)."""
+        stages = self._stages
+        return (
+            (Stage.URL in stages and doc.url_hash == earlier.url_hash)
+            or (Stage.CONTENT in stages and doc.content_hash == earlier.content_hash)
+            or (
+                Stage.SIMHASH in stages
+                and doc.language == earlier.language
+                and hamming(doc.simhash, earlier.simhash) <= self._settings.simhash.threshold(doc.language)
+            )
+        )
+
     def decide(self, doc: Document, vector: np.ndarray | None = None) -> Decision:
         """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict."""
         prior = self._state.verdict_of(doc.doc_id)

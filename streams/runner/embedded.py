@@ -171,7 +171,13 @@ class _Run:
         self._state.commit()
 
     def _vector_for(self, docs: list[Document], index: int) -> np.ndarray | None:
-        """This document's vector if the cascade will need it, embedding a batch ahead."""
+        """This document's vector if the cascade will need it, embedding a batch ahead.
+
+        The batch takes the next documents that need a vector as the state stands,
+        except copies of a document already in the batch: once that one is decided
+        they will most likely be linked to it by stages 1 to 3. A guess that turns out
+        wrong only costs a smaller batch later, never a different verdict.
+        """
         doc = docs[index]
         if doc.doc_id in self._vectors:
             return self._vectors.pop(doc.doc_id)
@@ -182,7 +188,11 @@ class _Run:
         for later in docs[index + 1 :]:
             if len(batch) >= self._settings.semantic.batch_size:
                 break
-            if later.doc_id not in self._vectors and self._cascade.needs_vector(later):
+            if (
+                later.doc_id not in self._vectors
+                and not any(self._cascade.would_link(later, earlier) for earlier in batch)
+                and self._cascade.needs_vector(later)
+            ):
                 batch.append(later)
         started = time.perf_counter()
         vectors = self._embedder.embed([d.text for d in batch])
