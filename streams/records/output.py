@@ -27,9 +27,7 @@ def features_of(doc: Document) -> dict[str, Any]:
     }
 
 
-def link_record(
-    link: Link, doc: Document, vector: np.ndarray | None = None, linked_at: str | None = None
-) -> dict[str, Any]:
+def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> dict[str, Any]:
     """A `dedup.links` record; the vector is attached for canonicals that were embedded."""
     record: dict[str, Any] = {
         "doc_id": link.doc_id,
@@ -37,7 +35,7 @@ def link_record(
         "canonical_id": link.canonical_id,
         "stage": link.stage.value if link.stage else None,
         "score": link.score,
-        "linked_at": linked_at or now_rfc3339(),
+        "linked_at": now_rfc3339(),
         "model": link.model,
         **features_of(doc),
     }
