@@ -11,7 +11,15 @@ from typing import Annotated, ParamSpec, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeElapsedColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 
 from streams import __version__
 from streams.config import Settings
@@ -120,11 +128,23 @@ def run_command(
 @app.command("replay")
 @one_line_errors
 def replay_command(
-    links: Annotated[list[str], typer.Argument(help="links.jsonl files of earlier runs (.gz accepted), in order.")],
-    state: Annotated[Path, typer.Option(help="State folder to rebuild (created if absent).")],
+    links: Annotated[
+        list[str] | None,
+        typer.Argument(help="links.jsonl files of earlier runs (.gz accepted), in order; none: the links topic."),
+    ] = None,
+    state: Annotated[Path | None, typer.Option(help="State folder to rebuild from files (created if absent).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:
-    """Rebuild a state folder (exact keys, band sets, vectors, verdicts) from published links; idempotent."""
+    """Rebuild state from published links; idempotent.
+
+    With files: an embedded state folder (--state). Without: Redis and the vector store
+    of the workers (DEDUP_REDIS_URL, DEDUP_QDRANT_URL) from the links topic on DEDUP_KAFKA_BOOTSTRAP.
+    """
+    if not links:
+        _replay_kafka(quiet)
+        return
+    if state is None:
+        raise ValueError("replaying files rebuilds a state folder: give --state DIR")
     from streams.runner.jsonl import input_size
     from streams.runner.replay import replay_files
 
@@ -139,6 +159,90 @@ def replay_command(
         )
     for problem in stats.bad[:10]:
         err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+
+
+class _PhaseProgress:
+    """A rich progress bar per replay phase (reading the topic, restoring state)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: TaskID | None = None
+
+    def start(self, phase: str, total: int) -> None:
+        self._task = self._progress.add_task(phase, total=total)
+
+    def advance(self, count: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, count)
+
+
+def _replay_kafka(quiet: bool) -> None:
+    from streams.core.model import Stage
+    from streams.kafka.replay import replay_links
+    from streams.service.resources import redis_client, vector_store
+    from streams.stores.redis_store import RedisStateStore
+
+    settings = Settings()
+    client = redis_client(settings)
+    state = RedisStateStore(client, settings.redis_prefix)
+    vectors = vector_store(settings) if settings.qdrant_url or Stage.SEMANTIC in settings.stages else None
+    try:
+        progress = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet,
+            transient=True,
+        )
+        with progress:
+            stats = replay_links(settings, state, vectors, _PhaseProgress(progress))
+    finally:
+        client.close()
+        if vectors is not None and hasattr(vectors, "close"):
+            vectors.close()
+    if not quiet:
+        err.print(
+            f"replayed {stats.read} records of {settings.topics.links} ({stats.documents} documents):"
+            f" {stats.restored} restored, {stats.already_there} already there, {len(stats.bad)} unreadable",
+            highlight=False,
+        )
+    for problem in stats.bad[:10]:
+        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+
+
+@app.command("worker")
+@one_line_errors
+def worker_command(
+    stage: Annotated[
+        list[str] | None,
+        typer.Option(help="Run only this stage agent (exact, simhash, semantic); repeat for several \\[default: all]."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "info",
+) -> None:
+    """Run stage agents on Kafka with state in Redis and vectors in Qdrant (DEDUP_* settings)."""
+    import faust
+
+    from streams.service.app import build_app
+    from streams.service.resources import Resources
+    from streams.service.stages import Agent, pipeline
+
+    settings = Settings()
+    chain = pipeline(settings)
+    try:
+        agents = [Agent(name) for name in stage] if stage else chain
+    except ValueError:
+        raise typer.BadParameter(f"unknown stage agent in {stage}; choose from exact, simhash, semantic") from None
+    idle = [agent for agent in agents if agent not in chain]
+    if idle:
+        raise ValueError(f"agent(s) {', '.join(idle)} have no enabled stage (stages: {settings.stages})")
+    resources = Resources(settings)
+    try:
+        faust_app, _ = build_app(settings, agents, resources)
+        faust.Worker(faust_app, loglevel=log_level.upper()).execute_from_commandline()
+    finally:
+        resources.close()
 
 
 topics_app = typer.Typer(help="Kafka topics of the streaming service.", no_args_is_help=True)

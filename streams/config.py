@@ -108,8 +108,21 @@ class TopicSettings(BaseModel):
     replication_factor: int = Field(1, ge=1)
 
 
+class WorkerSettings(BaseModel):
+    """The streaming worker: consumer group, batching, the registration lock, its web endpoints."""
+
+    group_id: str = Field("dedup", description="Kafka consumer group (and faust app id) shared by all workers.")
+    batch_size: int = Field(256, ge=1, description="Records taken from a stage topic per decision batch.")
+    batch_within_s: float = Field(0.2, gt=0, description="Seconds a partial batch waits for more records.")
+    lock_ttl_s: float = Field(
+        10.0, gt=0, description="Expiry of the registration lock, so a killed worker's lock is freed."
+    )
+    web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
+    web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
+
+
 class Settings(BaseSettings):
-    """Configuration of the cascade and its embedded runner."""
+    """Configuration of the cascade, its embedded runner and its streaming workers."""
 
     model_config = SettingsConfigDict(
         env_prefix="DEDUP_",
@@ -136,6 +149,16 @@ class Settings(BaseSettings):
         description="Extra librdkafka settings (security.protocol, sasl.*, ssl.*); values are never logged.",
     )
     topics: TopicSettings = Field(default_factory=TopicSettings)
+    redis_url: SecretStr | None = Field(
+        None, description="State store of the workers: redis:// or rediss:// (TLS); may hold a password."
+    )
+    redis_password: SecretStr | None = Field(None, description="Redis password, if not in the URL.")
+    redis_prefix: str = Field("dedup:", description="Prefix of every Redis key; '{dedup}:' on Redis Cluster.")
+    qdrant_url: str | None = Field(
+        None, description="Vector store of the workers: a Qdrant server URL, or 'embedded' for one in state_dir."
+    )
+    qdrant_api_key: SecretStr | None = Field(None, description="Qdrant API key.")
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
     simhash: SimhashSettings = Field(default_factory=SimhashSettings)
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
 

@@ -115,6 +115,23 @@ class Cascade:
             )
         )
 
+    def resolve(self, doc: Document, through: Stage) -> Decision | None:
+        """Link `doc` to an existing canonical by the stages up to `through`, or None to pass it on.
+
+        A stage agent that is not the last uses this: it never makes a canonical, so the
+        documents it passes on are decided by `decide` at the last stage, which sees every
+        canonical registered meanwhile (see docs/streaming.md, "Documents in flight").
+        """
+        prior = self._state.verdict_of(doc.doc_id)
+        if prior is not None:
+            return Decision(prior, repeated=True)
+        link = self._cheap(doc, timed=True, through=through)
+        if link is None:
+            return None
+        group_size = self._attach(doc, link)
+        self._state.record_verdict(link)
+        return Decision(link, group_size=group_size)
+
     def decide(self, doc: Document, vector: np.ndarray | None = None) -> Decision:
         """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict."""
         prior = self._state.verdict_of(doc.doc_id)
@@ -134,8 +151,8 @@ class Cascade:
         self._state.record_verdict(link)
         return Decision(link, group_size=group_size)
 
-    def _cheap(self, doc: Document, timed: bool = False) -> Link | None:
-        """Stages 1 to 3: a link to an existing canonical, or None.
+    def _cheap(self, doc: Document, timed: bool = False, through: Stage = Stage.SIMHASH) -> Link | None:
+        """Stages 1 to 3 (or up to `through`): a link to an existing canonical, or None.
 
         Both exact keys are looked up in one call (one round trip to Redis); its time
         is counted under the URL stage.
@@ -151,7 +168,7 @@ class Cascade:
                 return self._exact_link(doc, stage, holder)
         if timed:
             self.seconds[Stage.URL] += perf_counter() - started
-        if Stage.SIMHASH in self._stages:
+        if Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC):
             started = perf_counter()
             link = self._simhash(doc)
             if timed:

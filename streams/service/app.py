@@ -1,0 +1,188 @@
+"""The streaming worker: faust agents that move records between topics and `StageAgent`.
+
+Each agent takes a batch from its topic (`stream.take_events`), decides it in a
+thread (Redis calls and the model block; the event loop keeps heartbeating),
+sends every output and waits until the broker has acknowledged all of them.
+Only then does it ask for the next batch, which is when faust acks the events of
+this one, and only acked offsets are committed: at-least-once, and a record
+redelivered after a crash gets the verdict it already had.
+
+A batch that fails on a store or the model (not on its input, which is rejected
+record by record) is retried after a pause, and the worker reports itself not
+ready meanwhile; it never skips a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from streams.config import Settings
+from streams.service import metrics
+from streams.service.resources import Resources
+from streams.service.stages import Agent, Incoming, Outgoing, StageAgent, input_topic
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE_S = (0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass
+class Health:
+    """What /readyz reports: not ready while partitions are being reassigned or a batch keeps failing."""
+
+    failing: dict[str, str] = field(default_factory=dict)
+    last_batch: dict[str, float] = field(default_factory=dict)
+
+
+def broker_credentials(settings: Settings) -> tuple[Any, bool]:
+    """faust (aiokafka) credentials from the librdkafka-style `kafka_config`, and whether TLS is on.
+
+    The same settings serve the confluent-kafka tools and the workers; only the
+    common ones are understood here, and an unknown security setting is an error
+    rather than a silent plaintext connection.
+    """
+    config = {name: secret.get_secret_value() for name, secret in settings.kafka_config.items()}
+    protocol = config.pop("security.protocol", "PLAINTEXT").upper()
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=config.pop("ssl.ca.location", None))
+        certificate = config.pop("ssl.certificate.location", None)
+        if certificate:
+            context.load_cert_chain(certificate, config.pop("ssl.key.location", None))
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        credentials = faust.SASLCredentials(
+            username=config.pop("sasl.username", None),
+            password=config.pop("sasl.password", None),
+            mechanism=config.pop("sasl.mechanism", "PLAIN"),
+            ssl_context=context,
+        )
+    elif protocol == "SSL":
+        credentials = faust.SSLCredentials(context)
+    elif protocol == "PLAINTEXT":
+        credentials = None
+    else:
+        raise ValueError(f"unsupported security.protocol {protocol!r} for the workers")
+    security = [name for name in config if name.startswith(("sasl.", "ssl.", "security."))]
+    if security:
+        raise ValueError(f"kafka_config settings the workers cannot apply: {', '.join(sorted(security))}")
+    return credentials, context is not None
+
+
+def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources) -> tuple[faust.App, Health]:
+    """A faust app running `agents`, with /healthz, /readyz and /metrics on the configured address."""
+    worker = settings.worker
+    if not settings.kafka_bootstrap:
+        raise ValueError("no Kafka broker configured: set DEDUP_KAFKA_BOOTSTRAP (host:port)")
+    credentials, _ = broker_credentials(settings)
+    datadir = settings.state_dir or Path(tempfile.gettempdir()) / "dedup-worker"
+    app = faust.App(
+        worker.group_id,
+        broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",")],
+        broker_credentials=credentials,
+        datadir=str(datadir),
+        store="memory://",
+        autodiscover=False,
+        topic_allow_declare=False,  # `dedup topics create` owns topics, partitions and policies
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        web_enabled=True,
+        web_bind=worker.web_host,
+        web_host=worker.web_host,
+        web_port=worker.web_port,
+        web_in_thread=False,
+        logging_config=None,
+    )
+    health = Health()
+    outputs: dict[str, faust.TopicT] = {}
+
+    def topic(name: str) -> faust.TopicT:
+        if name not in outputs:
+            outputs[name] = app.topic(name, key_serializer="raw", value_serializer="raw")
+        return outputs[name]
+
+    for agent in agents:
+        handler = resources.stage_agent(agent)
+        source = topic(input_topic(settings, agent))
+        app.agent(source, name=f"dedup-{agent}")(_agent_loop(handler, topic, health, settings))
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"status": "ok"})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        problems = dict(health.failing)
+        if app.rebalancing:
+            problems["kafka"] = "partitions are being reassigned"
+        try:
+            await asyncio.to_thread(resources.ping)
+        except Exception as exc:  # report, never raise, from a probe
+            problems["redis"] = f"{type(exc).__name__}: {exc}"
+        body = {"status": "not ready" if problems else "ready", "problems": problems, "agents": list(map(str, agents))}
+        return web.json(body, status=503 if problems else 200)
+
+    @app.page("/metrics")
+    async def prometheus(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    return app, health
+
+
+def _agent_loop(handler: StageAgent, topic: Any, health: Health, settings: Settings) -> Any:
+    name = handler.agent.value
+    size, within = settings.worker.batch_size, settings.worker.batch_within_s
+
+    async def process(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(size, within=within):
+            batch = [
+                Incoming(
+                    value=event.message.value or b"",
+                    key=event.message.key,
+                    timestamp_ms=int(event.message.timestamp * 1000),
+                    topic=event.message.topic,
+                    partition=event.message.partition,
+                    offset=event.message.offset,
+                )
+                for event in events
+            ]
+            outputs = await _decide_with_retries(handler, batch, health, name)
+            await _send_all(outputs, topic)
+            health.last_batch[name] = time.time()
+
+    return process
+
+
+async def _decide_with_retries(handler: StageAgent, batch: list[Incoming], health: Health, name: str) -> list[Outgoing]:
+    attempt = 0
+    while True:
+        try:
+            outputs = await asyncio.to_thread(handler.handle, batch)
+        except Exception as exc:  # a store or model failure: retry the batch, never skip it
+            metrics.FAILURES.labels(name).inc()
+            health.failing[name] = f"{type(exc).__name__}: {exc}"
+            pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
+            log.warning("%s agent: batch of %d failed (%s); retrying in %.1f s", name, len(batch), exc, pause)
+            attempt += 1
+            await asyncio.sleep(pause)
+            continue
+        health.failing.pop(name, None)
+        return outputs
+
+
+async def _send_all(outputs: list[Outgoing], topic: Any) -> None:
+    """Send every output and wait for the broker's acknowledgement of each."""
+    pending = [await topic(out.topic).send(key=out.key, value=out.value) for out in outputs]
+    if pending:
+        await asyncio.gather(*pending)

@@ -1,0 +1,100 @@
+"""The stores, model and lock a worker's agents share, built from configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from streams.config import Settings
+from streams.core.cascade import Cascade
+from streams.core.model import Canonical, Stage
+from streams.core.ports import Embedder, StateStore, VectorStore
+from streams.service import metrics
+from streams.service.stages import Agent, StageAgent, pipeline
+from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_store import RedisStateStore
+
+EMBEDDED = "embedded"
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    if settings.redis_url is None:
+        raise ValueError("no Redis configured: set DEDUP_REDIS_URL (redis://host:6379/0 or rediss:// for TLS)")
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    return redis.Redis.from_url(settings.redis_url.get_secret_value(), password=password, decode_responses=True)
+
+
+def vector_store(settings: Settings) -> VectorStore:
+    """Qdrant at DEDUP_QDRANT_URL, or the embedded engine in the state folder (one host only)."""
+    url = settings.qdrant_url
+    if not url:
+        raise ValueError("the semantic stage needs a vector store: set DEDUP_QDRANT_URL (a URL, or 'embedded')")
+    if url == EMBEDDED:
+        from streams.vectors.edge import EdgeVectorStore
+
+        if settings.state_dir is None:
+            raise ValueError("DEDUP_QDRANT_URL=embedded keeps vectors in DEDUP_STATE_DIR: set it")
+        return EdgeVectorStore(Path(settings.state_dir) / "vectors")
+    from streams.vectors.qdrant_server import QdrantVectorStore
+
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    return QdrantVectorStore.from_url(url, api_key=api_key)
+
+
+class MeteredState:
+    """The state store, counting the candidates each SimHash band query returns."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self._inner = inner
+
+    def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
+        found = self._inner.band_candidates(language, bands)
+        metrics.CANDIDATES.observe(len(found))
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class Resources:
+    """One Redis client, vector store and embedder per worker process, shared by its agents."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.redis = redis_client(settings)
+        self.state = RedisStateStore(self.redis, settings.redis_prefix)
+        self._embedder = embedder
+        self._vectors: VectorStore | None = None
+        self.lock = RedisLock(self.redis, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
+
+    def ping(self) -> None:
+        self.redis.ping()
+
+    def stage_agent(self, agent: Agent) -> StageAgent:
+        """The agent's decisions; the last agent of the pipeline gets the vector store and model."""
+        final = agent is pipeline(self.settings)[-1]
+        semantic = final and Stage.SEMANTIC in self.settings.stages
+        embedder = vectors = None
+        if semantic:
+            if self._embedder is None:
+                from streams.embedders import make_embedder
+
+                self._embedder = make_embedder(self.settings.semantic)
+            if self._vectors is None:
+                self._vectors = vector_store(self.settings)
+            embedder, vectors = self._embedder, self._vectors
+        # An agent before the last never reaches the semantic stage: its cascade runs without it.
+        stages = [s for s in self.settings.stages if semantic or s is not Stage.SEMANTIC]
+        settings = self.settings.model_copy(update={"stages": stages})
+        model = embedder.model_id if embedder is not None else None
+        cascade = Cascade(settings, MeteredState(self.state), vectors, model)
+        return StageAgent(self.settings, agent, cascade, self.lock, embedder)
+
+    def close(self) -> None:
+        close = getattr(self._vectors, "close", None)
+        if close is not None:
+            close()
+        self.redis.close()

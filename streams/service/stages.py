@@ -1,0 +1,232 @@
+"""What each stage agent does with one batch of records: records in, records out, no Kafka.
+
+As in arroyo's strategies, the Kafka side (`streams.service.app`) only moves
+bytes: it takes a batch from a topic, hands it to `StageAgent.handle`, sends
+what comes back and commits the batch once the broker has acknowledged every
+record sent. Everything that decides sits here, over the same `Cascade` that
+`dedup run` uses, so it is tested without a broker.
+
+The rule for documents in flight (docs/streaming.md): an agent that is not the
+last only links documents to canonicals that already exist and passes the rest
+on; the last agent decides with the whole cascade, for a whole batch under the
+registration lock. Only it makes canonicals, and each time it does, it has seen
+every canonical made before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import orjson
+
+from streams.config import Settings
+from streams.core.cascade import Cascade, Decision
+from streams.core.model import Document, Stage, Verdict
+from streams.core.ports import Embedder
+from streams.records.article import Featurizer, Rejection
+from streams.records.output import deduped_record, link_record
+from streams.records.stage import read_stage_record, rejected_record, stage_record
+from streams.service import metrics
+from streams.stores.redis_lock import RedisLock
+
+log = logging.getLogger(__name__)
+
+_JSON = orjson.OPT_SERIALIZE_NUMPY
+
+
+class Agent(StrEnum):
+    """The stage agents, in cascade order, each reading its own topic."""
+
+    EXACT = "exact"
+    SIMHASH = "simhash"
+    SEMANTIC = "semantic"
+
+
+AGENT_STAGES: dict[Agent, tuple[Stage, ...]] = {
+    Agent.EXACT: (Stage.URL, Stage.CONTENT),
+    Agent.SIMHASH: (Stage.SIMHASH,),
+    Agent.SEMANTIC: (Stage.SEMANTIC,),
+}
+
+
+def pipeline(settings: Settings) -> list[Agent]:
+    """The agents the configured stages need, in order. The exact agent is always the entry:
+    it parses raw articles, even when the URL and content stages are off."""
+    return [
+        agent
+        for agent in Agent
+        if agent is Agent.EXACT or any(stage in settings.stages for stage in AGENT_STAGES[agent])
+    ]
+
+
+def input_topic(settings: Settings, agent: Agent) -> str:
+    topics = settings.topics
+    return {Agent.EXACT: topics.raw, Agent.SIMHASH: topics.stage_simhash, Agent.SEMANTIC: topics.stage_semantic}[agent]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One record taken from a topic, and where it came from."""
+
+    value: bytes
+    key: bytes | None
+    timestamp_ms: int
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+class StageAgent:
+    """One stage agent's decisions over batches of its input topic."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        agent: Agent,
+        cascade: Cascade,
+        lock: RedisLock,
+        embedder: Embedder | None = None,
+    ) -> None:
+        chain = pipeline(settings)
+        if agent not in chain:
+            raise ValueError(f"the {agent} agent has nothing to do: its stages are not enabled ({settings.stages})")
+        self.agent = agent
+        self._settings = settings
+        self._cascade = cascade
+        self._lock = lock
+        self._embedder = embedder
+        self.final = agent is chain[-1]
+        self._next = None if self.final else input_topic(settings, chain[chain.index(agent) + 1])
+        self._through = AGENT_STAGES[agent][-1]
+        self._featurizer = Featurizer(settings) if agent is Agent.EXACT else None
+        if self.final and cascade.semantic and embedder is None:
+            raise ValueError("the semantic agent needs an embedder")
+
+    def handle(self, batch: Sequence[Incoming]) -> list[Outgoing]:
+        """Verdicts, forwarded documents and rejections for one batch, in input order per kind.
+
+        Bad records become rejections; a store or model failure raises, and the caller
+        retries the whole batch: decisions are idempotent, so a retry repeats verdicts.
+        """
+        started = time.perf_counter()
+        metrics.BATCH_SIZE.labels(self.agent.value).observe(len(batch))
+        out: list[Outgoing] = []
+        docs: list[tuple[Document, int]] = []
+        for record in batch:
+            parsed = self._read(record)
+            if isinstance(parsed, Rejection):
+                out.append(self._rejection(parsed, record))
+            else:
+                docs.append(parsed)
+        if self.final:
+            decided = self._decide_all(docs)
+        else:
+            decided = [(doc, received, self._cascade.resolve(doc, self._through), None) for doc, received in docs]
+        for doc, received, decision, vector in decided:
+            if decision is None:
+                assert self._next is not None
+                metrics.FORWARDED.labels(self.agent.value).inc()
+                out.append(Outgoing(self._next, doc.doc_id.encode(), stage_record(doc, received)))
+            else:
+                out.extend(self._verdict(doc, received, decision, vector))
+        metrics.BATCH_SECONDS.labels(self.agent.value).observe(time.perf_counter() - started)
+        return out
+
+    def _read(self, record: Incoming) -> tuple[Document, int] | Rejection:
+        """Never raises: whatever is wrong with a record becomes its rejection."""
+        try:
+            if self._featurizer is not None:
+                parsed = self._featurizer.parse(record.value, ingest_time=record.timestamp_ms // 1000)
+                return parsed if isinstance(parsed, Rejection) else (parsed, record.timestamp_ms)
+            return read_stage_record(record.value)
+        except Exception as exc:  # the input boundary: no record may stop the worker
+            return Rejection(f"unreadable {self.agent} record: {type(exc).__name__}: {exc}", record.value)
+
+    def _decide_all(self, docs: list[tuple[Document, int]]) -> list[tuple[Document, int, Decision, np.ndarray | None]]:
+        """The last stage: every document decided by the whole cascade, the batch under the lock.
+
+        Vectors are computed before taking the lock, for the documents the state says
+        will need one, leaving out copies of a document earlier in the batch (they will
+        most likely be linked to it by stages 1 to 3). A document that turns out to need
+        a vector anyway gets it on the spot.
+        """
+        cascade = self._cascade
+        vectors: dict[str, np.ndarray] = {}
+        if cascade.semantic:
+            wanted: list[Document] = []
+            for doc, _ in docs:
+                if not any(cascade.would_link(doc, earlier) for earlier in wanted) and cascade.needs_vector(doc):
+                    wanted.append(doc)
+            vectors = self._embed(wanted)
+        decided = []
+        with self._lock.held():
+            for doc, received in docs:
+                vector = vectors.get(doc.doc_id)
+                if vector is None and cascade.needs_vector(doc):
+                    vector = self._embed([doc])[doc.doc_id]
+                decided.append((doc, received, cascade.decide(doc, vector), vector))
+        # A redelivered canonical's link is sent again; it must carry its vector again, or
+        # compaction would keep a link that replay cannot rebuild the vector from.
+        again = [
+            doc
+            for doc, _, decision, vector in decided
+            if vector is None and decision.repeated and decision.link.verdict is Verdict.UNIQUE and decision.link.model
+        ]
+        vectors = self._embed(again)
+        return [(doc, got, decision, vectors.get(doc.doc_id, vector)) for doc, got, decision, vector in decided]
+
+    def _embed(self, docs: list[Document]) -> dict[str, np.ndarray]:
+        if not docs:
+            return {}
+        assert self._embedder is not None
+        size = self._settings.semantic.batch_size
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(docs), size):
+            chunk = docs[start : start + size]
+            metrics.EMBED_BATCH.observe(len(chunk))
+            for doc, vector in zip(chunk, self._embedder.embed([d.text for d in chunk]), strict=True):
+                found[doc.doc_id] = vector
+        return found
+
+    def _verdict(
+        self, doc: Document, received_ms: int, decision: Decision, vector: np.ndarray | None
+    ) -> list[Outgoing]:
+        """The link, and the article itself when it is published. A redelivered document's
+        records are sent again: the first attempt may have died before the broker had them."""
+        link = decision.link
+        topics = self._settings.topics
+        key = doc.doc_id.encode()
+        out = [Outgoing(topics.links, key, orjson.dumps(link_record(link, doc, vector), option=_JSON))]
+        if link.publishes:
+            out.append(Outgoing(topics.deduped, key, orjson.dumps(deduped_record(link, doc))))
+        if decision.repeated:
+            metrics.REPEATED.labels(self.agent.value).inc()
+            return out
+        metrics.VERDICTS.labels(link.stage or "none", link.verdict).inc()
+        metrics.LATENCY.observe(max(0.0, time.time() - received_ms / 1000))
+        if link.stage is Stage.SIMHASH and link.score is not None:
+            metrics.SIMHASH_DISTANCE.observe(link.score)
+        elif link.stage is Stage.SEMANTIC and link.score is not None:
+            metrics.COSINE.observe(link.score)
+        if decision.group_size is not None:
+            metrics.GROUP_SIZE.observe(decision.group_size)
+        return out
+
+    def _rejection(self, rejection: Rejection, record: Incoming) -> Outgoing:
+        metrics.REJECTED.labels(self.agent.value).inc()
+        origin: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+        value = orjson.dumps(rejected_record(rejection.reason, rejection.raw, origin))
+        return Outgoing(self._settings.topics.rejected, record.key, value)
