@@ -49,3 +49,28 @@ def score_by_kind(stream: Iterable[Labelled], links: Iterable[dict[str, Any]]) -
         tally[2] += right and is_copy
         tally[3] += link["verdict"] == "review"
     return {kind: KindScore(kind, *values) for kind, values in tallies.items()}
+
+
+def order_free_recall(stream: Iterable[Labelled], links: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Per kind of copy, the share that ends in the same group as its story's original.
+
+    Unlike `score_by_kind`, this does not care which member of a story became the
+    canonical: with several partitions a copy may be seen before its original, take
+    the canonical's place, and the original is linked to it instead.
+    """
+    items = list(stream)
+    verdicts = {link["doc_id"]: link for link in links}
+
+    def group_of(doc_id: str) -> str:
+        link = verdicts[doc_id]
+        return link["canonical_id"] if link["verdict"] == "duplicate" else doc_id
+
+    originals = {item.group: group_of(item.doc_id) for item in items if item.kind == ORIGINAL}
+    found: dict[str, list[int]] = {}
+    for item in items:
+        if item.kind in (ORIGINAL, NEGATIVE):
+            continue
+        tally = found.setdefault(item.kind, [0, 0])
+        tally[0] += 1
+        tally[1] += originals.get(item.group) == group_of(item.doc_id)
+    return {kind: hits / total for kind, (total, hits) in found.items()}

@@ -1,0 +1,224 @@
+"""The streaming service as tests drive it: real workers as processes, on a real broker and Redis.
+
+Each `Stack` gets its own topics, consumer group and Redis key prefix on the
+session's broker and Redis, so tests never see each other's records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from streams.config import Settings
+from streams.kafka.topics import create_topics
+
+READY_TIMEOUT_S = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker not ready after {timeout:.0f} s:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no commit, no flush."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class Stack:
+    bootstrap: str
+    redis_url: str
+    folder: Path
+    stages: str = "url,content,simhash"
+    partitions: int = 1
+    extra_env: dict[str, str] = field(default_factory=dict)
+    name: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
+    workers: list[Worker] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        topics = {
+            "RAW": "articles.raw",
+            "DEDUPED": "articles.deduped",
+            "LINKS": "dedup.links",
+            "REJECTED": "articles.rejected",
+            "STAGE_SIMHASH": "dedup.stage.simhash",
+            "STAGE_SEMANTIC": "dedup.stage.semantic",
+        }
+        env = {
+            "DEDUP_KAFKA_BOOTSTRAP": self.bootstrap,
+            "DEDUP_REDIS_URL": self.redis_url,
+            "DEDUP_REDIS_PREFIX": f"{self.name}:",
+            "DEDUP_STAGES": orjson.dumps(self.stages.split(",")).decode(),
+            "DEDUP_QDRANT_URL": "embedded",
+            "DEDUP_STATE_DIR": str(self.folder / "state"),
+            "DEDUP_WORKER__GROUP_ID": self.name,
+            "DEDUP_WORKER__BATCH_WITHIN_S": "0.02",
+            "DEDUP_WORKER__LOCK_TTL_S": "3",
+            "DEDUP_TOPICS__PARTITIONS": str(self.partitions),
+            **{f"DEDUP_TOPICS__{key}": f"{self.name}.{topic}" for key, topic in topics.items()},
+            **self.extra_env,
+        }
+        return env
+
+    def settings(self) -> Settings:
+        saved = dict(os.environ)
+        try:
+            os.environ.update(self.env())
+            return Settings()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def create_topics(self) -> None:
+        create_topics(self.settings())
+
+    def start_worker(self, *agents: str, wait: bool = True) -> Worker:
+        port = free_port()
+        log = self.folder / f"worker-{len(self.workers)}.log"
+        env = {**os.environ, **self.env(), "DEDUP_WORKER__WEB_PORT": str(port)}
+        command = [sys.executable, "-m", "streams", "worker", "--log-level", "warning"]
+        for agent in agents:
+            command += ["--stage", agent]
+        with log.open("ab") as handle:
+            process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        worker = Worker(process, port, log)
+        self.workers.append(worker)
+        if wait:
+            worker.wait_ready()
+        return worker
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+    def produce(self, lines: Iterable[bytes], key_by_id: bool = True) -> int:
+        settings = self.settings()
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        sent = 0
+        for line in lines:
+            key = _id_of(line) if key_by_id else None
+            producer.produce(settings.topics.raw, value=line, key=key)
+            sent += 1
+            producer.poll(0)
+        if producer.flush(30) != 0:
+            raise RuntimeError("records not delivered")
+        return sent
+
+    def read(self, topic: str, until: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+        """Every record of `topic` from the beginning, once at least `until` have arrived (in partition order)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while len(records) < until:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}: {len(records)} records after {timeout:.0f} s, wanted {until}")
+                for worker in self.workers:
+                    if worker.process.poll() not in (None, -signal.SIGKILL):
+                        raise RuntimeError(f"worker died:\n{worker.log.read_text()[-3000:]}")
+                message = consumer.poll(0.5)
+                if message is None or message.error() is not None:
+                    continue
+                records.append(orjson.loads(message.value()))
+        finally:
+            consumer.close()
+        return records
+
+    def final_links(self, ids: set[str], timeout: float = 180.0) -> tuple[dict[str, dict[str, Any]], list[dict]]:
+        """The last link of each document once every id in `ids` has one; and every link record."""
+        topic = self.settings().topics.links
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        latest: dict[str, dict[str, Any]] = {}
+        every: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while not ids <= latest.keys():
+                if time.monotonic() > deadline:
+                    missing = sorted(ids - latest.keys())
+                    raise TimeoutError(f"{len(missing)} documents without a link, e.g. {missing[:5]}")
+                message = consumer.poll(0.5)
+                if message is None or message.error() is not None:
+                    continue
+                record = orjson.loads(message.value())
+                latest[record["doc_id"]] = record
+                every.append(record)
+        finally:
+            consumer.close()
+        return latest, every
+
+
+def _id_of(line: bytes) -> bytes | None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    doc_id = record.get("id") if isinstance(record, dict) else None
+    return str(doc_id).encode() if isinstance(doc_id, str) else None
+
+
+def assert_invariants(latest: dict[str, dict[str, Any]]) -> None:
+    """One final verdict per document, no self-links, every canonical a unique document."""
+    for doc_id, link in latest.items():
+        if link["verdict"] == "unique":
+            assert link["canonical_id"] == doc_id
+            continue
+        assert link["canonical_id"] != doc_id, f"{doc_id} is linked to itself"
+        canonical = latest.get(link["canonical_id"])
+        assert canonical is not None, f"{doc_id} links to {link['canonical_id']}, which has no verdict"
+        assert canonical["verdict"] == "unique", f"{doc_id} links to {link['canonical_id']}, a {canonical['verdict']}"
