@@ -117,6 +117,22 @@ class WorkerSettings(BaseModel):
     lock_ttl_s: float = Field(
         10.0, gt=0, description="Expiry of the registration lock, so a killed worker's lock is freed."
     )
+    instance_id: str | None = Field(
+        None,
+        description="Static group membership: a worker restarted with the same id takes its partitions back"
+        " at once, without a rebalance (a pod name in a StatefulSet).",
+    )
+    session_timeout_s: float = Field(
+        10.0, ge=1, description="A worker silent this long leaves the group and its partitions move on."
+    )
+    rebalance_timeout_s: float = Field(
+        60.0,
+        ge=1,
+        description="How long a rebalance waits for members to rejoin; a killed worker's partitions wait as long.",
+    )
+    max_poll_interval_s: float = Field(
+        300.0, ge=1, description="Longest a batch may take (an embedding batch on a CPU) before the worker is dropped."
+    )
     web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 

@@ -40,6 +40,8 @@ class Worker:
     process: subprocess.Popen[bytes]
     port: int
     log: Path
+    instance: str
+    """Its static group membership id: a restart with the same id takes its partitions back at once."""
 
     def ready(self) -> bool:
         try:
@@ -106,6 +108,8 @@ class Stack:
             "DEDUP_WORKER__GROUP_ID": self.name,
             "DEDUP_WORKER__BATCH_WITHIN_S": "0.02",
             "DEDUP_WORKER__LOCK_TTL_S": "3",
+            "DEDUP_WORKER__SESSION_TIMEOUT_S": "6",
+            "DEDUP_WORKER__REBALANCE_TIMEOUT_S": "10",
             "DEDUP_TOPICS__PARTITIONS": str(self.partitions),
             **{f"DEDUP_TOPICS__{key}": f"{self.name}.{topic}" for key, topic in topics.items()},
             **self.extra_env,
@@ -124,16 +128,23 @@ class Stack:
     def create_topics(self) -> None:
         create_topics(self.settings())
 
-    def start_worker(self, *agents: str, wait: bool = True) -> Worker:
+    def start_worker(self, *agents: str, wait: bool = True, instance: str | None = None) -> Worker:
+        """A worker process; `instance` given, it comes back as that (killed) worker."""
         port = free_port()
         log = self.folder / f"worker-{len(self.workers)}.log"
-        env = {**os.environ, **self.env(), "DEDUP_WORKER__WEB_PORT": str(port)}
-        command = [sys.executable, "-m", "streams", "worker", "--log-level", "warning"]
+        instance = instance or f"{self.name}-{len(self.workers)}"
+        env = {
+            **os.environ,
+            **self.env(),
+            "DEDUP_WORKER__WEB_PORT": str(port),
+            "DEDUP_WORKER__INSTANCE_ID": instance,
+        }
+        command = [sys.executable, "-m", "streams", "worker", "--log-level", "info"]
         for agent in agents:
             command += ["--stage", agent]
         with log.open("ab") as handle:
             process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
-        worker = Worker(process, port, log)
+        worker = Worker(process, port, log, instance)
         self.workers.append(worker)
         if wait:
             worker.wait_ready()

@@ -126,11 +126,12 @@ class Cascade:
         if prior is not None:
             return Decision(prior, repeated=True)
         link = self._cheap(doc, timed=True, through=through)
-        if link is None:
+        if link is None or link.canonical_id == doc.doc_id:
+            # Not found; or an exact key that names this very document: a redelivered copy of it
+            # is being registered by the last stage right now, which will give its verdict.
             return None
         group_size = self._attach(doc, link)
-        self._state.record_verdict(link)
-        return Decision(link, group_size=group_size)
+        return self._recorded(link, group_size)
 
     def decide(self, doc: Document, vector: np.ndarray | None = None) -> Decision:
         """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict."""
@@ -148,7 +149,13 @@ class Cascade:
             link, group_size = self._register(doc, vector)
         else:
             group_size = self._attach(doc, link)
-        self._state.record_verdict(link)
+        return self._recorded(link, group_size)
+
+    def _recorded(self, link: Link, group_size: int | None) -> Decision:
+        """Record the verdict; if another worker recorded one for this document first, that one stands."""
+        stood = self._state.record_verdict(link)
+        if stood != link:
+            return Decision(stood, repeated=True)
         return Decision(link, group_size=group_size)
 
     def _cheap(self, doc: Document, timed: bool = False, through: Stage = Stage.SIMHASH) -> Link | None:

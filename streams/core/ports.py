@@ -20,7 +20,12 @@ class StateStore(Protocol):
     def verdict_of(self, doc_id: str) -> Link | None:
         """The verdict already given to `doc_id`, so a redelivery gets the same one."""
 
-    def record_verdict(self, link: Link) -> None: ...
+    def record_verdict(self, link: Link) -> Link:
+        """Record the document's verdict unless it has one already; returns the verdict that stands.
+
+        A shared store must make this first-writer-wins: after a redelivery, two agents
+        may decide one document at the same moment, and only one verdict may stand.
+        """
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         """The canonicals that exact keys (URL or content hashes) point to; absent keys are left out."""

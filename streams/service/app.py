@@ -96,6 +96,11 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         topic_allow_declare=False,  # `dedup topics create` owns topics, partitions and policies
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
+        consumer_group_instance_id=worker.instance_id,
+        broker_session_timeout=worker.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, worker.session_timeout_s / 3),
+        broker_max_poll_interval=worker.max_poll_interval_s,
+        broker_rebalance_timeout=worker.rebalance_timeout_s,
         producer_acks=-1,
         web_enabled=True,
         web_bind=worker.web_host,

@@ -111,10 +111,14 @@ class RedisStateStore:
             model or None,
         )
 
-    def record_verdict(self, link: Link) -> None:
+    def record_verdict(self, link: Link) -> Link:
         score = "" if link.score is None else repr(link.score)
         value = _SEP.join((link.verdict.value, link.canonical_id, link.stage or "", score, link.model or ""))
-        self._redis.hset(self._bucket("v", link.doc_id), link.doc_id, value)
+        if self._redis.hsetnx(self._bucket("v", link.doc_id), link.doc_id, value):
+            return link
+        stood = self.verdict_of(link.doc_id)
+        assert stood is not None
+        return stood
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         pipe = self._redis.pipeline(transaction=False)

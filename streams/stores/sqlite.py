@@ -123,8 +123,11 @@ class SqliteStateStore:
         verdict, canonical_id, stage, score, model = row
         return Link(doc_id, Verdict(verdict), canonical_id, Stage(stage) if stage else None, score, model)
 
-    def record_verdict(self, link: Link) -> None:
+    def record_verdict(self, link: Link) -> Link:
+        # One writer per state folder (see `locked`), and the cascade asked `verdict_of` just
+        # before: no other verdict can have come in between.
         self._verdicts[link.doc_id] = link
+        return link
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         rest = [key for key in keys if key not in self._exact and key not in self._known]
