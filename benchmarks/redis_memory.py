@@ -10,14 +10,12 @@ and bytes per canonical and per document, with the key count per kind.
 from __future__ import annotations
 
 import argparse
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 import redis
@@ -26,35 +24,9 @@ from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import Document, Verdict
 from streams.evaluation.corpus import synthetic_articles
+from streams.evaluation.services import local_redis
 from streams.records.article import Featurizer
 from streams.stores.redis_store import RedisStateStore
-
-
-@contextmanager
-def local_redis() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server), or pass --url")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory() as folder:
-        server = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder],
-            stdout=subprocess.DEVNULL,
-        )
-        url = f"redis://127.0.0.1:{port}/0"
-        for _ in range(200):
-            try:
-                redis.Redis.from_url(url).ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        try:
-            yield url
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 def main() -> None:
@@ -64,7 +36,10 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings(stages=["url", "content", "simhash"])
     featurizer = Featurizer(settings)
-    with local_redis() if args.url is None else _given(args.url) as url:
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        local_redis(Path(folder)) if args.url is None else _given(args.url) as url,
+    ):
         client = redis.Redis.from_url(url, decode_responses=True)
         before = client.info("memory")["used_memory"]
         store = RedisStateStore(client)

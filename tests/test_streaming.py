@@ -18,8 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from streams.config import Settings
 from streams.evaluation.corpus import NEGATIVE, Labelled, labelled_stream
 from streams.evaluation.metrics import order_free_recall, score_by_kind
+from streams.evaluation.stack import Stack, assert_invariants
 from streams.runner.embedded import RunPaths, run
-from tests.stack import Stack, assert_invariants
 
 STORIES = 10
 NEGATIVE_PAIRS = 12

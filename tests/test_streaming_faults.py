@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from streams.evaluation.corpus import ntrex_documents, synthetic_articles
-from tests.stack import Stack, assert_invariants
+from streams.evaluation.stack import Stack, assert_invariants
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ from streams.config import Settings
 from streams.core.model import Stage
 from streams.embedders import make_embedder
 from streams.evaluation.corpus import ORIGINAL, labelled_stream
+from streams.evaluation.stack import Stack
 from streams.kafka.replay import replay_links
 from streams.runner.embedded import RunPaths, run
 from streams.stores.redis_store import RedisStateStore
 from streams.vectors.common import collection_name
 from streams.vectors.qdrant_server import QdrantVectorStore
-from tests.stack import Stack
 
 STORIES = 8
 

@@ -1,4 +1,4 @@
-"""The streaming service as tests drive it: real workers as processes, on a real broker and Redis.
+"""The streaming service as tests and benchmarks drive it: real workers as processes, on a real broker and Redis.
 
 Each `Stack` gets its own topics, consumer group and Redis key prefix on the
 session's broker and Redis, so tests never see each other's records.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,15 +23,10 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from streams.config import Settings
+from streams.evaluation.services import free_port
 from streams.kafka.topics import create_topics
 
 READY_TIMEOUT_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass

@@ -1,0 +1,134 @@
+"""The streaming path against the in-process one: stages 1 to 3, one and two workers.
+
+Run:  .venv/bin/python benchmarks/bench_streaming.py [--count 20000] [--partitions 4]
+
+Starts its own broker (noida-db) and Redis on free ports. For each setting, on the
+same synthetic articles:
+- `dedup run` in this process (embedded SQLite state): documents per second;
+- N worker processes on the broker and Redis, the whole input produced at once:
+  documents per second from the first record produced to the last verdict;
+- the same workers fed at a steady rate (half the rate just measured): p50 / p99
+  verdict latency, from the raw record's broker timestamp to its link's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from streams.config import Settings
+from streams.evaluation.corpus import synthetic_articles
+from streams.evaluation.services import local_kafka, local_redis
+from streams.evaluation.stack import Stack
+from streams.runner.embedded import RunPaths, run
+
+STAGES = "url,content,simhash"
+
+
+def in_process(lines: list[bytes], folder: Path) -> float:
+    folder.mkdir(parents=True)
+    source = folder / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    started = time.perf_counter()
+    run(Settings(stages=STAGES.split(",")), [str(source)], RunPaths(folder / "out", folder / "state"))
+    return len(lines) / (time.perf_counter() - started)
+
+
+def _link_times(stack: Stack, want: int, timeout: float) -> dict[str, int]:
+    """Broker timestamp (ms) of the first link of each document, once `want` documents have one."""
+    topic = stack.settings().topics.links
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    times: dict[str, int] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(times) < want:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(times)} of {want} verdicts after {timeout:.0f} s")
+            for message in consumer.consume(1000, timeout=0.5):
+                if message.error() is None:
+                    times.setdefault(orjson.loads(message.value())["doc_id"], message.timestamp()[1])
+    finally:
+        consumer.close()
+    return times
+
+
+def _produce(stack: Stack, lines: list[bytes], rate: float | None) -> dict[str, int]:
+    """Send `lines` (at `rate` a second, or at once); the broker timestamp of each, by id."""
+    topic = stack.settings().topics.raw
+    producer = Producer({"bootstrap.servers": stack.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    sent: dict[str, int] = {}
+
+    def delivered(error: object, message: object) -> None:
+        if error is None:
+            sent[message.key().decode()] = message.timestamp()[1]  # type: ignore[attr-defined]
+
+    started = time.perf_counter()
+    for number, line in enumerate(lines):
+        if rate is not None:
+            pause = started + number / rate - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+        producer.produce(topic, value=line, key=orjson.loads(line)["id"].encode(), on_delivery=delivered)
+        producer.poll(0)
+    producer.flush(60)
+    return sent
+
+
+def streaming(
+    bootstrap: str, redis_url: str, folder: Path, workers: int, partitions: int, lines: list[bytes]
+) -> tuple[float, float, float]:
+    """(documents per second at full speed, p50 and p99 latency in ms at half that rate)."""
+    burst, paced = lines[: len(lines) * 3 // 4], lines[len(lines) * 3 // 4 :]
+    folder.mkdir(parents=True)
+    stack = Stack(bootstrap, redis_url, folder, stages=STAGES, partitions=partitions)
+    stack.extra_env["DEDUP_WORKER__BATCH_WITHIN_S"] = "0.05"
+    try:
+        stack.create_topics()
+        for _ in range(workers):
+            stack.start_worker()
+        time.sleep(2 * workers)  # every worker in the group before the first record
+        sent = _produce(stack, burst, rate=None)
+        linked = _link_times(stack, len(burst), timeout=1800)
+        rate = len(burst) / ((max(linked.values()) - min(sent.values())) / 1000)
+        pace = min(rate / 2, 1000.0)
+        sent = _produce(stack, paced, rate=pace)
+        linked = _link_times(stack, len(burst) + len(paced), timeout=1800)
+        latencies = sorted(linked[doc_id] - at for doc_id, at in sent.items())
+        p50 = statistics.median(latencies)
+        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        return rate, p50, p99
+    finally:
+        stack.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    lines = [orjson.dumps(article) for article in synthetic_articles(args.count)]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        reference = in_process(lines, root / "embedded")
+        print(f"dedup run (in process, SQLite):        {reference:8,.0f} docs/s   ({args.count:,} articles)")
+        with local_redis(root / "redis") as redis_url, local_kafka(root / "kafka") as bootstrap:
+            for workers in (1, 2):
+                rate, p50, p99 = streaming(bootstrap, redis_url, root / f"w{workers}", workers, args.partitions, lines)
+                print(
+                    f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions): "
+                    f"{rate:8,.0f} docs/s = {rate / reference:.2f}x in-process; "
+                    f"latency at {min(rate / 2, 1000):,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
+                )
+
+
+if __name__ == "__main__":
+    main()
