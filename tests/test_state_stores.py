@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from streams.core.model import Link, Stage, Verdict
-from streams.core.ports import StateStore
+from streams.core.ports import Reads, StateStore
+from streams.stores.batched import BatchedState
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis-batched"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
     if request.param == "sqlite":
         sqlite = SqliteStateStore(tmp_path / "s.sqlite3")
@@ -23,7 +24,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore
     else:
         # A prefix of its own per test: tests share one server and never see each other's keys.
         shared = RedisStateStore.from_url(request.getfixturevalue("redis_url"), prefix=f"t{uuid.uuid4().hex}:")
-        yield shared
+        # Batched: reads must see the batch's own writes before any flush.
+        yield BatchedState(shared) if request.param == "redis-batched" else shared
         shared.close()
 
 
@@ -99,3 +101,21 @@ def test_redis_claims_are_atomic_across_clients(redis_url: str) -> None:
     assert first.exact_claim(["u:k", "c:k"], "one") == {"u:k": "one", "c:k": "one"}
     assert second.exact_claim(["c:k", "u:other"], "two") == {"c:k": "one", "u:other": "two"}
     assert second.exact_lookup(["u:k"]) == {"u:k": "one"}
+
+
+def test_a_batch_is_written_in_one_flush_and_the_first_verdict_stands(redis_url: str) -> None:
+    shared = RedisStateStore.from_url(redis_url, prefix=f"t{uuid.uuid4().hex}:")
+    batch = BatchedState(shared)
+    batch.warm(Reads(doc_ids=["a", "b"], exact_keys=["u:1"], band_queries=[("en", (1, 2, 3, 4))]))
+    batch.exact_claim(["u:1"], "a")
+    batch.add_canonical("a", 0x0004_0003_0002_0001, "en", (1, 2, 3, 4))
+    batch.record_verdict(Link.unique("a"))
+    batch.record_verdict(Link("b", Verdict.DUPLICATE, "a", Stage.URL))
+    assert [c.doc_id for c in batch.band_candidates("en", (9, 2, 9, 9))] == ["a"]
+    assert shared.verdict_of("a") is None  # nothing written before the flush
+    shared.record_verdict(Link.unique("b"))  # another worker decided b first
+    assert batch.flush() == {"b": Link.unique("b")}
+    assert shared.verdict_of("a") == Link.unique("a")
+    assert shared.exact_lookup(["u:1"]) == {"u:1": "a"}
+    assert [c.doc_id for c in shared.band_candidates("en", (1, 0, 0, 0))] == ["a"]
+    shared.close()

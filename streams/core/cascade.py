@@ -16,6 +16,7 @@ with Redis and Qdrant, and the caller decides how to batch the embedder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from streams.config import ModelThresholds, Settings
 from streams.core.model import Canonical, Document, Link, ModelId, Neighbour, Stage, Verdict
-from streams.core.ports import StateStore, VectorStore
+from streams.core.ports import Reads, StateStore, VectorStore
 from streams.features.simhash import bands, hamming
 
 URL_KEY = "u:"
@@ -97,6 +98,15 @@ class Cascade:
             self._window_s = int(settings.semantic.window_hours * 3600)
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""
+
+    def reads(self, docs: Sequence[Document], through: Stage = Stage.SEMANTIC) -> Reads:
+        """What deciding (or resolving up to `through`) these documents reads first (pure)."""
+        simhash = Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC)
+        return Reads(
+            doc_ids=[doc.doc_id for doc in docs],
+            exact_keys=[key for doc in docs for key in self._exact_keys(doc).values()],
+            band_queries=[(doc.language, bands(doc.simhash)) for doc in docs] if simhash else [],
+        )
 
     def needs_vector(self, doc: Document) -> bool:
         """Whether `decide` will want this document's vector, given the state right now (read-only)."""

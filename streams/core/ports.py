@@ -7,6 +7,7 @@ Qdrant: it sees these protocols. Each adapter implements one of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -74,3 +75,13 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """A float32 array of shape (len(texts), dim), rows L2-normalised."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reads:
+    """What deciding a batch of documents will read first: a batching store loads it in one go."""
+
+    doc_ids: list[str]
+    exact_keys: list[str]
+    band_queries: list[tuple[str, tuple[int, ...]]]
+    """(language, bands) of each SimHash lookup."""

@@ -102,6 +102,8 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         broker_max_poll_interval=worker.max_poll_interval_s,
         broker_rebalance_timeout=worker.rebalance_timeout_s,
         producer_acks=-1,
+        producer_linger=0.005,  # a batch's outputs leave in a few requests, not one request each
+        producer_max_batch_size=512 * 1024,
         web_enabled=True,
         web_bind=worker.web_host,
         web_host=worker.web_host,

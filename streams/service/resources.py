@@ -12,8 +12,10 @@ from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import Canonical, Stage
 from streams.core.ports import Embedder, StateStore, VectorStore
+from streams.features.simhash import char_simhash, word_simhash
 from streams.service import metrics
 from streams.service.stages import Agent, StageAgent, pipeline
+from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore
 
@@ -69,6 +71,9 @@ class Resources:
         self._embedder = embedder
         self._vectors: VectorStore | None = None
         self.lock = RedisLock(self.redis, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
+        # Load the compiled SimHash kernels now (about a second), not inside the first batch.
+        word_simhash("warm up", settings.simhash.word_shingle)
+        char_simhash("warm up", settings.simhash.char_ngram)
 
     def ping(self) -> None:
         self.redis.ping()
@@ -90,8 +95,9 @@ class Resources:
         stages = [s for s in self.settings.stages if semantic or s is not Stage.SEMANTIC]
         settings = self.settings.model_copy(update={"stages": stages})
         model = embedder.model_id if embedder is not None else None
-        cascade = Cascade(settings, MeteredState(self.state), vectors, model)
-        return StageAgent(self.settings, agent, cascade, self.lock, embedder)
+        state = BatchedState(self.state)  # one per agent: each warms and flushes its own batches
+        cascade = Cascade(settings, MeteredState(state), vectors, model)
+        return StageAgent(self.settings, agent, cascade, state, self.lock, embedder)
 
     def close(self) -> None:
         close = getattr(self._vectors, "close", None)

@@ -27,12 +27,13 @@ import orjson
 
 from streams.config import Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, Stage, Verdict
+from streams.core.model import Document, Link, Stage, Verdict
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import deduped_record, link_record
 from streams.records.stage import read_stage_record, rejected_record, stage_record
 from streams.service import metrics
+from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
 
 log = logging.getLogger(__name__)
@@ -97,15 +98,18 @@ class StageAgent:
         settings: Settings,
         agent: Agent,
         cascade: Cascade,
+        state: BatchedState,
         lock: RedisLock,
         embedder: Embedder | None = None,
     ) -> None:
+        """`cascade` must decide against `state` (or a wrapper of it): the agent warms and flushes it."""
         chain = pipeline(settings)
         if agent not in chain:
             raise ValueError(f"the {agent} agent has nothing to do: its stages are not enabled ({settings.stages})")
         self.agent = agent
         self._settings = settings
         self._cascade = cascade
+        self._state = state
         self._lock = lock
         self._embedder = embedder
         self.final = agent is chain[-1]
@@ -131,10 +135,10 @@ class StageAgent:
                 out.append(self._rejection(parsed, record))
             else:
                 docs.append(parsed)
-        if self.final:
-            decided = self._decide_all(docs)
-        else:
-            decided = [(doc, received, self._cascade.resolve(doc, self._through), None) for doc, received in docs]
+        try:
+            decided = self._decide_all(docs) if self.final else self._resolve_all(docs)
+        finally:
+            self._state.reset()  # a failed batch leaves no half-written snapshot behind
         for doc, received, decision, vector in decided:
             if decision is None:
                 assert self._next is not None
@@ -155,6 +159,17 @@ class StageAgent:
         except Exception as exc:  # the input boundary: no record may stop the worker
             return Rejection(f"unreadable {self.agent} record: {type(exc).__name__}: {exc}", record.value)
 
+    def _resolve_all(
+        self, docs: list[tuple[Document, int]]
+    ) -> list[tuple[Document, int, Decision | None, np.ndarray | None]]:
+        """An agent before the last: link what the state knows, on a snapshot taken without the lock."""
+        cascade = self._cascade
+        self._state.warm(cascade.reads([doc for doc, _ in docs], self._through))
+        resolved = [(doc, received, cascade.resolve(doc, self._through)) for doc, received in docs]
+        with self._lock.held():
+            lost = self._state.flush()
+        return [(doc, received, _standing(decision, lost), None) for doc, received, decision in resolved]
+
     def _decide_all(self, docs: list[tuple[Document, int]]) -> list[tuple[Document, int, Decision, np.ndarray | None]]:
         """The last stage: every document decided by the whole cascade, the batch under the lock.
 
@@ -166,6 +181,7 @@ class StageAgent:
         cascade = self._cascade
         vectors: dict[str, np.ndarray] = {}
         if cascade.semantic:
+            self._state.warm(cascade.reads([doc for doc, _ in docs]))
             wanted: list[Document] = []
             for doc, _ in docs:
                 if not any(cascade.would_link(doc, earlier) for earlier in wanted) and cascade.needs_vector(doc):
@@ -173,11 +189,14 @@ class StageAgent:
             vectors = self._embed(wanted)
         decided = []
         with self._lock.held():
+            self._state.warm(cascade.reads([doc for doc, _ in docs]))
             for doc, received in docs:
                 vector = vectors.get(doc.doc_id)
                 if vector is None and cascade.needs_vector(doc):
                     vector = self._embed([doc])[doc.doc_id]
                 decided.append((doc, received, cascade.decide(doc, vector), vector))
+            lost = self._state.flush()
+        decided = [(doc, got, _standing(decision, lost), vector) for doc, got, decision, vector in decided]
         # A redelivered canonical's link is sent again; it must carry its vector again, or
         # compaction would keep a link that replay cannot rebuild the vector from.
         again = [
@@ -230,3 +249,10 @@ class StageAgent:
         origin: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
         value = orjson.dumps(rejected_record(rejection.reason, rejection.raw, origin))
         return Outgoing(self._settings.topics.rejected, record.key, value)
+
+
+def _standing(decision: Decision | None, lost: dict[str, Link]) -> Decision | None:
+    """The decision, or the verdict another agent recorded first for the same document."""
+    if decision is None or decision.link.doc_id not in lost:
+        return decision
+    return Decision(lost[decision.link.doc_id], repeated=True)

@@ -29,8 +29,10 @@ import hashlib
 from collections.abc import Sequence
 
 import redis
+from redis.client import Pipeline
 
 from streams.core.model import Canonical, Link, Stage, Verdict
+from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceWrite, VerdictWrite, Write
 
 _SEP = "\x1f"
 
@@ -41,6 +43,14 @@ for i, key in ipairs(KEYS) do
   holders[i] = redis.call('HGET', key, ARGV[i + 1])
 end
 return holders
+"""
+# One command for many hash fields across buckets: a pipeline of HGETs costs a command each in the client.
+_FIELDS = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = redis.call('HGET', key, ARGV[i]) or false
+end
+return out
 """
 _REPLACE = """
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
@@ -76,6 +86,7 @@ class RedisStateStore:
         self._redis = client
         self._prefix = prefix
         self._bucket_hex = max(1, bucket_bits // 4)
+        self._fields = client.register_script(_FIELDS)
         self._claim = client.register_script(_CLAIM)
         self._replace = client.register_script(_REPLACE)
         self._add_canonical = client.register_script(_ADD_CANONICAL)
@@ -98,33 +109,32 @@ class RedisStateStore:
         return f"{self._prefix}x:{digest[: self._bucket_hex]}", digest[self._bucket_hex : self._bucket_hex + 24]
 
     def verdict_of(self, doc_id: str) -> Link | None:
-        value = self._redis.hget(self._bucket("v", doc_id), doc_id)
-        if value is None:
-            return None
-        verdict, canonical_id, stage, score, model = value.split(_SEP)
-        return Link(
-            doc_id,
-            Verdict(verdict),
-            canonical_id,
-            Stage(stage) if stage else None,
-            float(score) if score else None,
-            model or None,
-        )
+        return self.verdicts_of([doc_id])[doc_id]
+
+    def verdicts_of(self, doc_ids: Sequence[str]) -> dict[str, Link | None]:
+        """The verdicts of many documents in one round trip (None: not decided)."""
+        values = self._hget_many([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
+        return {
+            doc_id: None if value is None else _read_verdict(doc_id, value)
+            for doc_id, value in zip(doc_ids, values, strict=True)
+        }
+
+    def _hget_many(self, places: Sequence[tuple[str, str]]) -> list[str | None]:
+        """HGET of each (hash, field), in one round trip and one command."""
+        if not places:
+            return []
+        return list(self._fields(keys=[h for h, _ in places], args=[f for _, f in places]))
 
     def record_verdict(self, link: Link) -> Link:
-        score = "" if link.score is None else repr(link.score)
-        value = _SEP.join((link.verdict.value, link.canonical_id, link.stage or "", score, link.model or ""))
-        if self._redis.hsetnx(self._bucket("v", link.doc_id), link.doc_id, value):
+        if self._redis.hsetnx(self._bucket("v", link.doc_id), link.doc_id, _verdict_value(link)):
             return link
         stood = self.verdict_of(link.doc_id)
         assert stood is not None
         return stood
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
-        pipe = self._redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.hget(*self._exact(key))
-        return {key: value for key, value in zip(keys, pipe.execute(), strict=True) if value is not None}
+        values = self._hget_many([self._exact(key) for key in keys])
+        return {key: value for key, value in zip(keys, values, strict=True) if value is not None}
 
     def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
         places = [self._exact(key) for key in keys]
@@ -139,29 +149,98 @@ class RedisStateStore:
         return [f"{self._prefix}b:{language}:{index}:{value >> 6}" for index, value in enumerate(bands)]
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
-        pipe = self._redis.pipeline(transaction=False)
-        for key, value in zip(self._band_keys(language, bands), bands, strict=True):
-            pipe.hget(key, str(value))
-        seqs = sorted({int(seq) for found in pipe.execute() if found for seq in found.split()})
-        if not seqs:
-            return []
-        pipe = self._redis.pipeline(transaction=False)
-        for seq in seqs:
-            pipe.hget(f"{self._prefix}s:{seq // 256}", str(seq))
-        candidates = []
-        for seq, entry in zip(seqs, pipe.execute(), strict=True):
-            doc_id, simhash = entry.split(_SEP)
-            candidates.append(Canonical(doc_id, int(simhash, 16), language, seq))
-        return candidates
+        return self.band_candidates_many([(language, tuple(bands))])[0]
+
+    def band_candidates_many(self, queries: Sequence[tuple[str, tuple[int, ...]]]) -> list[list[Canonical]]:
+        """`band_candidates` of many (language, bands) queries in two round trips."""
+        found = iter(
+            self._hget_many(
+                [
+                    (key, str(value))
+                    for language, bands in queries
+                    for key, value in zip(self._band_keys(language, bands), bands, strict=True)
+                ]
+            )
+        )
+        wanted = [sorted({int(seq) for _ in bands for seq in (next(found) or "").split()}) for _, bands in queries]
+        every = sorted({seq for seqs in wanted for seq in seqs})
+        if not every:
+            return [[] for _ in queries]
+        entries = dict(
+            zip(every, self._hget_many([(f"{self._prefix}s:{seq // 256}", str(seq)) for seq in every]), strict=True)
+        )
+        results = []
+        for (language, _), seqs in zip(queries, wanted, strict=True):
+            candidates = []
+            for seq in seqs:
+                doc_id, simhash = entries[seq].split(_SEP)
+                candidates.append(Canonical(doc_id, int(simhash, 16), language, seq))
+            results.append(candidates)
+        return results
 
     def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
+        self._queue_canonical(self._redis, canonical_id, simhash, language, bands)
+
+    def _queue_canonical(
+        self, client: redis.Redis | Pipeline, canonical_id: str, simhash: int, language: str, bands: Sequence[int]
+    ) -> None:
         keys = [self._bucket("c", canonical_id), f"{self._prefix}seq", *self._band_keys(language, bands)]
         args = [canonical_id, f"{canonical_id}{_SEP}{simhash:x}", *map(str, bands), f"{self._prefix}s:"]
-        self._add_canonical(keys=keys, args=args)
+        self._add_canonical(keys=keys, args=args, client=client)
 
     def grow_group(self, canonical_id: str) -> int:
         return int(self._redis.hincrby(self._bucket("g", canonical_id), canonical_id, 1)) + 1
 
     def group_size(self, canonical_id: str) -> int:
-        value = self._redis.hget(self._bucket("g", canonical_id), canonical_id)
-        return 1 if value is None else int(value) + 1
+        return self.group_sizes([canonical_id])[canonical_id]
+
+    def group_sizes(self, canonical_ids: Sequence[str]) -> dict[str, int]:
+        values = self._hget_many([(self._bucket("g", canonical_id), canonical_id) for canonical_id in canonical_ids])
+        return {
+            canonical_id: 1 if value is None else int(value) + 1
+            for canonical_id, value in zip(canonical_ids, values, strict=True)
+        }
+
+    def apply(self, writes: Sequence[Write]) -> list[str]:
+        """Carry out buffered writes in one MULTI/EXEC transaction, in order.
+
+        Returns the ids of documents whose verdict was not recorded because one was
+        there already (first writer wins, as in `record_verdict`).
+        """
+        if not writes:
+            return []
+        pipe = self._redis.pipeline(transaction=True)
+        verdicts: list[str | None] = []
+        for write in writes:
+            match write:
+                case ClaimWrite(keys, canonical_id):
+                    places = [self._exact(key) for key in keys]
+                    self._claim(keys=[b for b, _ in places], args=[canonical_id, *(f for _, f in places)], client=pipe)
+                case ReplaceWrite(key, expected, canonical_id):
+                    bucket, field = self._exact(key)
+                    self._replace(keys=[bucket], args=[field, expected, canonical_id], client=pipe)
+                case CanonicalWrite(canonical_id, simhash, language, bands):
+                    self._queue_canonical(pipe, canonical_id, simhash, language, bands)
+                case GrowWrite(canonical_id, count):
+                    pipe.hincrby(self._bucket("g", canonical_id), canonical_id, count)
+                case VerdictWrite(link):
+                    pipe.hsetnx(self._bucket("v", link.doc_id), link.doc_id, _verdict_value(link))
+            verdicts.append(write.link.doc_id if isinstance(write, VerdictWrite) else None)
+        return [doc_id for doc_id, done in zip(verdicts, pipe.execute(), strict=True) if doc_id and not done]
+
+
+def _verdict_value(link: Link) -> str:
+    score = "" if link.score is None else repr(link.score)
+    return _SEP.join((link.verdict.value, link.canonical_id, link.stage or "", score, link.model or ""))
+
+
+def _read_verdict(doc_id: str, value: str) -> Link:
+    verdict, canonical_id, stage, score, model = value.split(_SEP)
+    return Link(
+        doc_id,
+        Verdict(verdict),
+        canonical_id,
+        Stage(stage) if stage else None,
+        float(score) if score else None,
+        model or None,
+    )

@@ -1,0 +1,42 @@
+"""State writes as values, so a batching store can buffer them and send them at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams.core.model import Link
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    keys: tuple[str, ...]
+    canonical_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceWrite:
+    key: str
+    expected: str
+    canonical_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalWrite:
+    canonical_id: str
+    simhash: int
+    language: str
+    bands: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GrowWrite:
+    canonical_id: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictWrite:
+    link: Link
+
+
+Write = ClaimWrite | ReplaceWrite | CanonicalWrite | GrowWrite | VerdictWrite
