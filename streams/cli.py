@@ -151,13 +151,19 @@ def replay_command(
     with _progress(quiet) as progress:
         task = progress.add_task("replaying", total=input_size(links))
         stats = replay_files(links, state, on_bytes=lambda n: progress.advance(task, n))
+    _replay_report(
+        f"replayed {stats.read} links into {state}: {stats.restored} restored,"
+        f" {stats.already_there} already there, {len(stats.bad)} unreadable",
+        stats.bad,
+        quiet,
+    )
+
+
+def _replay_report(summary: str, bad: list[str], quiet: bool) -> None:
+    """The replay's one-line summary, then the first unreadable links (skipped, never fatal)."""
     if not quiet:
-        err.print(
-            f"replayed {stats.read} links into {state}: {stats.restored} restored,"
-            f" {stats.already_there} already there, {len(stats.bad)} unreadable",
-            highlight=False,
-        )
-    for problem in stats.bad[:10]:
+        err.print(summary, highlight=False)
+    for problem in bad[:10]:
         err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
 
 
@@ -202,14 +208,17 @@ def _replay_kafka(quiet: bool) -> None:
         client.close()
         if vectors is not None and hasattr(vectors, "close"):
             vectors.close()
-    if not quiet:
+    _replay_report(
+        f"replayed {stats.read} records of {settings.topics.links} ({stats.documents} documents):"
+        f" {stats.restored} restored, {stats.already_there} already there, {len(stats.bad)} unreadable",
+        stats.bad,
+        quiet,
+    )
+    if stats.vectors_skipped:
         err.print(
-            f"replayed {stats.read} records of {settings.topics.links} ({stats.documents} documents):"
-            f" {stats.restored} restored, {stats.already_there} already there, {len(stats.bad)} unreadable",
+            f"[yellow]warning:[/] {stats.vectors_skipped} canonical vectors not restored: set DEDUP_QDRANT_URL",
             highlight=False,
         )
-    for problem in stats.bad[:10]:
-        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
 
 
 @app.command("worker")

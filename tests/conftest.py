@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
 from streams.evaluation.services import local_kafka, local_redis
+from streams.evaluation.stack import Stack
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +39,19 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     with local_kafka(tmp_path_factory.mktemp("kafka")) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture
+def make_stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[Callable[[str], Stack]]:
+    """Makes the streaming service for one test (its own topics, group and keys); stops its workers after."""
+    made: list[Stack] = []
+
+    def make(stages: str) -> Stack:
+        folder = tmp_path / f"stack-{len(made)}"
+        folder.mkdir()
+        made.append(Stack(kafka_bootstrap, redis_url, folder, stages=stages))
+        return made[-1]
+
+    yield make
+    for stack in made:
+        stack.stop()

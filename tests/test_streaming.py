@@ -7,8 +7,7 @@ broker and a real Redis; vectors in the embedded engine; the bundled model.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -56,10 +55,8 @@ def embedded_links(lines: list[bytes], tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture
-def stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
-    stack = Stack(kafka_bootstrap, redis_url, tmp_path, stages="url,content,simhash,semantic")
-    yield stack
-    stack.stop()
+def stack(make_stack: Callable[[str], Stack]) -> Stack:
+    return make_stack("url,content,simhash,semantic")
 
 
 def _watch(stack: Stack) -> Consumer:

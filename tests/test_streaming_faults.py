@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -23,10 +22,8 @@ from streams.evaluation.stack import Stack, assert_invariants
 
 
 @pytest.fixture
-def stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
-    stack = Stack(kafka_bootstrap, redis_url, tmp_path, stages="url,content,simhash")
-    yield stack
-    stack.stop()
+def stack(make_stack: Callable[[str], Stack]) -> Stack:
+    return make_stack("url,content,simhash")
 
 
 def _same_verdict_every_time(every: list[dict[str, Any]]) -> None:

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -29,10 +29,8 @@ STORIES = 8
 
 
 @pytest.fixture
-def stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator[Stack]:
-    stack = Stack(kafka_bootstrap, redis_url, tmp_path, stages="url,content,simhash,semantic")
-    yield stack
-    stack.stop()
+def stack(make_stack: Callable[[str], Stack]) -> Stack:
+    return make_stack("url,content,simhash,semantic")
 
 
 def _replay(stack: Stack) -> str:

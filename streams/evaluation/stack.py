@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from streams.config import Settings
 from streams.evaluation.services import free_port
+from streams.kafka.publish import record_key
 from streams.kafka.topics import create_topics
 
 READY_TIMEOUT_S = 90.0
@@ -153,7 +154,7 @@ class Stack:
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5})
         sent = 0
         for line in lines:
-            key = _id_of(line) if key_by_id else None
+            key = record_key(line) if key_by_id else None
             producer.produce(settings.topics.raw, value=line, key=key)
             sent += 1
             producer.poll(0)
@@ -206,15 +207,6 @@ class Stack:
         finally:
             consumer.close()
         return latest, every
-
-
-def _id_of(line: bytes) -> bytes | None:
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    doc_id = record.get("id") if isinstance(record, dict) else None
-    return str(doc_id).encode() if isinstance(doc_id, str) else None
 
 
 def assert_invariants(latest: dict[str, dict[str, Any]]) -> None:

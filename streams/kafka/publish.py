@@ -25,7 +25,8 @@ class PublishStats:
     failed: list[str] = field(default_factory=list)
 
 
-def _key(raw: bytes) -> bytes | None:
+def record_key(raw: bytes) -> bytes | None:
+    """The key of a raw line: its `id`, when it is a JSON object with one."""
     try:
         record = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -51,7 +52,7 @@ def publish_files(
     for line in read_lines(sources, on_bytes):
         while True:
             try:
-                producer.produce(topic, value=line.raw, key=_key(line.raw), on_delivery=delivered)
+                producer.produce(topic, value=line.raw, key=record_key(line.raw), on_delivery=delivered)
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.5)

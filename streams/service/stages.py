@@ -71,6 +71,10 @@ def input_topic(settings: Settings, agent: Agent) -> str:
     return {Agent.EXACT: topics.raw, Agent.SIMHASH: topics.stage_simhash, Agent.SEMANTIC: topics.stage_semantic}[agent]
 
 
+Decided = tuple[Document, int, Decision | None, np.ndarray | None]
+"""A document, its arrival time (ms), its decision (None: pass it on) and its vector if it has one."""
+
+
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """One record taken from a topic, and where it came from."""
@@ -135,8 +139,10 @@ class StageAgent:
                 out.append(self._rejection(parsed, record))
             else:
                 docs.append(parsed)
+        decided: list[Decided] = []
         try:
-            decided = self._decide_all(docs) if self.final else self._resolve_all(docs)
+            if docs:
+                decided = self._decide_all(docs) if self.final else self._resolve_all(docs)
         finally:
             self._state.reset()  # a failed batch leaves no half-written snapshot behind
         for doc, received, decision, vector in decided:
@@ -159,9 +165,7 @@ class StageAgent:
         except Exception as exc:  # the input boundary: no record may stop the worker
             return Rejection(f"unreadable {self.agent} record: {type(exc).__name__}: {exc}", record.value)
 
-    def _resolve_all(
-        self, docs: list[tuple[Document, int]]
-    ) -> list[tuple[Document, int, Decision | None, np.ndarray | None]]:
+    def _resolve_all(self, docs: list[tuple[Document, int]]) -> list[Decided]:
         """An agent before the last: link what the state knows, on a snapshot taken without the lock."""
         cascade = self._cascade
         self._state.warm(cascade.reads([doc for doc, _ in docs], self._through))
@@ -170,7 +174,7 @@ class StageAgent:
             lost = self._state.flush()
         return [(doc, received, _standing(decision, lost), None) for doc, received, decision in resolved]
 
-    def _decide_all(self, docs: list[tuple[Document, int]]) -> list[tuple[Document, int, Decision, np.ndarray | None]]:
+    def _decide_all(self, docs: list[tuple[Document, int]]) -> list[Decided]:
         """The last stage: every document decided by the whole cascade, the batch under the lock.
 
         Vectors are computed before taking the lock, for the documents the state says
