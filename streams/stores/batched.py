@@ -2,7 +2,7 @@
 
 Deciding one document one call at a time costs about seven round trips to Redis.
 A stage agent instead `warm`s this store with what the batch will read (the
-cascade says what: `Cascade.reads`), in three pipelined round trips, decides the
+cascade says what: `Cascade.reads`), in six round trips of one command each, decides the
 batch against that snapshot, and `flush`es every write in one MULTI/EXEC
 transaction. Reads see the batch's own writes, as they would on Redis.
 

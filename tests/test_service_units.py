@@ -1,0 +1,66 @@
+"""The worker's pieces that need no broker: security settings, stage and rejected records."""
+
+from __future__ import annotations
+
+import base64
+
+import faust
+import orjson
+import pytest
+
+from streams.config import Settings
+from streams.core.model import Document
+from streams.records.article import Featurizer
+from streams.records.stage import read_stage_record, rejected_record, stage_record
+from streams.service.app import broker_credentials
+
+
+def test_kafka_security_settings_become_faust_credentials() -> None:
+    plain = Settings(kafka_bootstrap="b:9092")
+    assert broker_credentials(plain) == (None, False)
+    sasl = Settings(
+        kafka_bootstrap="b:9092",
+        kafka_config={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "crawler",
+            "sasl.password": "hunter2",
+        },
+    )
+    credentials, tls = broker_credentials(sasl)
+    assert isinstance(credentials, faust.SASLCredentials) and tls
+    assert credentials.username == "crawler" and credentials.password == "hunter2"
+    assert str(credentials.mechanism.value) == "SCRAM-SHA-512"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"security.protocol": "KERBEROS"}, {"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "none"}],
+)
+def test_security_settings_the_workers_cannot_apply_are_refused(config: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        broker_credentials(Settings(kafka_bootstrap="b:9092", kafka_config=config))
+
+
+def test_secrets_never_show_in_the_settings() -> None:
+    settings = Settings(
+        redis_url="rediss://:s3cret@redis:6380/0",
+        qdrant_api_key="qk-s3cret",
+        kafka_config={"sasl.password": "s3cret"},
+    )
+    assert "s3cret" not in repr(settings) and "s3cret" not in str(settings.model_dump())
+
+
+def test_a_stage_record_carries_the_document_unchanged() -> None:
+    raw = orjson.dumps({"id": "a", "url": "https://e.com/a", "title": "T", "body": "Some body text here."})
+    doc = Featurizer(Settings()).parse(raw, ingest_time=1_800_000_000)
+    assert isinstance(doc, Document)
+    again, received = read_stage_record(stage_record(doc, 1_800_000_000_123))
+    assert again == doc and received == 1_800_000_000_123
+
+
+def test_a_rejected_record_keeps_the_original_bytes() -> None:
+    text = rejected_record("bad", b'{"x": 1', {"topic": "t", "partition": 0, "offset": 7})
+    assert text["raw"] == '{"x": 1' and text["reason"] == "bad" and text["offset"] == 7
+    binary = rejected_record("bad", b"\xff\x00", {})
+    assert base64.b64decode(binary["raw_base64"]) == b"\xff\x00" and "raw" not in binary
