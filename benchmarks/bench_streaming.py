@@ -8,7 +8,9 @@ same synthetic articles:
 - N worker processes on the broker and Redis, the whole input produced at once:
   documents per second from the first record produced to the last verdict;
 - the same workers fed at a steady rate (half the rate just measured): p50 / p99
-  verdict latency, from the raw record's broker timestamp to its link's.
+  verdict latency, from the raw record's broker timestamp to its link's;
+- and, to tell decisions from transport, the exact and SimHash agents' batch handling
+  alone (`StageAgent.handle` on the same Redis, in this process, no broker).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.services import local_kafka, local_redis
 from streams.evaluation.stack import Stack
 from streams.runner.embedded import RunPaths, run
+from streams.service.resources import Resources
+from streams.service.stages import Agent, Incoming
 
 STAGES = "url,content,simhash"
 
@@ -39,6 +43,24 @@ def in_process(lines: list[bytes], folder: Path) -> float:
     started = time.perf_counter()
     run(Settings(stages=STAGES.split(",")), [str(source)], RunPaths(folder / "out", folder / "state"))
     return len(lines) / (time.perf_counter() - started)
+
+
+def agents_only(redis_url: str, lines: list[bytes]) -> float:
+    """Documents per second through the exact and SimHash agents' `handle`, batches of 256, no broker."""
+    settings = Settings(stages=STAGES.split(","), redis_url=redis_url, redis_prefix="agents-only:")
+    resources = Resources(settings)
+    exact, simhash = resources.stage_agent(Agent.EXACT), resources.stage_agent(Agent.SIMHASH)
+    started = time.perf_counter()
+    for start in range(0, len(lines), 256):
+        batch = [
+            Incoming(line, None, 1_800_000_000_000, "raw", 0, start + i)
+            for i, line in enumerate(lines[start : start + 256])
+        ]
+        passed = [o for o in exact.handle(batch) if o.topic == settings.topics.stage_simhash]
+        simhash.handle([Incoming(o.value, o.key, 1_800_000_000_000, o.topic, 0, 0) for o in passed])
+    rate = len(lines) / (time.perf_counter() - started)
+    resources.close()
+    return rate
 
 
 def _link_times(stack: Stack, want: int, timeout: float) -> dict[str, int]:
@@ -121,6 +143,8 @@ def main() -> None:
         reference = in_process(lines, root / "embedded")
         print(f"dedup run (in process, SQLite):        {reference:8,.0f} docs/s   ({args.count:,} articles)")
         with local_redis(root / "redis") as redis_url, local_kafka(root / "kafka") as bootstrap:
+            alone = agents_only(redis_url, lines)
+            print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s")
             for workers in (1, 2):
                 rate, p50, p99 = streaming(bootstrap, redis_url, root / f"w{workers}", workers, args.partitions, lines)
                 print(

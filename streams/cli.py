@@ -246,6 +246,7 @@ def worker_command(
     idle = [agent for agent in agents if agent not in chain]
     if idle:
         raise ValueError(f"agent(s) {', '.join(idle)} have no enabled stage (stages: {settings.stages})")
+    settings.kafka_client_config()  # a missing broker is reported before anything connects
     resources = Resources(settings)
     try:
         faust_app, _ = build_app(settings, agents, resources)
