@@ -54,8 +54,7 @@ def local_redis(folder: Path) -> Iterator[str]:
         client.close()
         yield url
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        _stop(server)
 
 
 @contextmanager
@@ -82,5 +81,14 @@ def local_kafka(folder: Path) -> Iterator[str]:
                         raise RuntimeError(f"the Kafka broker did not start; see {folder / 'broker.log'}") from None
             yield bootstrap
         finally:
-            broker.terminate()
-            broker.wait(timeout=30)
+            _stop(broker)
+
+
+def _stop(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `grace_s` (a broker may take its time to flush)."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
