@@ -56,13 +56,13 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def _progress(quiet: bool) -> Progress:
-    """A progress bar over input bytes, on stderr; gone when done."""
+def _progress(quiet: bool, records: bool = False) -> Progress:
+    """A progress bar on stderr, gone when done: over input bytes, or (`records`) over a count."""
+    columns = (MofNCompleteColumn(),) if records else (DownloadColumn(), TransferSpeedColumn())
     return Progress(
         "[progress.description]{task.description}",
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        *columns,
         TimeElapsedColumn(),
         console=err,
         disable=quiet,
@@ -193,16 +193,7 @@ def _replay_kafka(quiet: bool) -> None:
     state = RedisStateStore(client, settings.redis_prefix)
     vectors = vector_store(settings) if settings.qdrant_url or Stage.SEMANTIC in settings.stages else None
     try:
-        progress = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            disable=quiet,
-            transient=True,
-        )
-        with progress:
+        with _progress(quiet, records=True) as progress:
             stats = replay_links(settings, state, vectors, _PhaseProgress(progress))
     finally:
         client.close()

@@ -101,7 +101,7 @@ class Cascade:
 
     def reads(self, docs: Sequence[Document], through: Stage = Stage.SEMANTIC) -> Reads:
         """What deciding (or resolving up to `through`) these documents reads first (pure)."""
-        simhash = Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC)
+        simhash = self._runs_simhash(through)
         return Reads(
             doc_ids=[doc.doc_id for doc in docs],
             exact_keys=[key for doc in docs for key in self._exact_keys(doc).values()],
@@ -185,13 +185,16 @@ class Cascade:
                 return self._exact_link(doc, stage, holder)
         if timed:
             self.seconds[Stage.URL] += perf_counter() - started
-        if Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC):
+        if self._runs_simhash(through):
             started = perf_counter()
             link = self._simhash(doc)
             if timed:
                 self.seconds[Stage.SIMHASH] += perf_counter() - started
             return link
         return None
+
+    def _runs_simhash(self, through: Stage) -> bool:
+        return Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC)
 
     def _exact_link(self, doc: Document, stage: Stage, holder: str) -> Link:
         """Link to the holder of an exact key: a canonical, or a document under review.
