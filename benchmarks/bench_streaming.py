@@ -19,11 +19,10 @@ import argparse
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from streams.config import Settings
 from streams.evaluation.corpus import synthetic_articles
@@ -66,9 +65,7 @@ def agents_only(redis_url: str, lines: list[bytes]) -> float:
 def _link_times(stack: Stack, want: int, timeout: float) -> dict[str, int]:
     """Broker timestamp (ms) of the first link of each document, once `want` documents have one."""
     topic = stack.settings().topics.links
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    consumer = stack.reader(topic)
     times: dict[str, int] = {}
     deadline = time.monotonic() + timeout
     try:

@@ -9,7 +9,7 @@ Restoring is idempotent: a link already in the state is skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,6 +30,15 @@ class Recorded:
     language: str
     published_at: int
     vector: np.ndarray | None = None
+
+
+@dataclass
+class ReplayStats:
+    read: int = 0
+    restored: int = 0
+    already_there: int = 0
+    bad: list[str] = field(default_factory=list)
+    """Where and why each link that could not be read was skipped (never fatal)."""
 
 
 def restore(recorded: Recorded, state: StateStore, vectors: VectorStore | None = None) -> bool:

@@ -162,11 +162,16 @@ class Stack:
             raise RuntimeError("records not delivered")
         return sent
 
-    def read(self, topic: str, until: int, timeout: float = 120.0) -> list[dict[str, Any]]:
-        """Every record of `topic` from the beginning, once at least `until` have arrived (in partition order)."""
+    def reader(self, topic: str) -> Consumer:
+        """A consumer of every partition of `topic` from the beginning, outside any group's offsets."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        return consumer
+
+    def read(self, topic: str, until: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+        """Every record of `topic` from the beginning, once at least `until` have arrived (in partition order)."""
+        consumer = self.reader(topic)
         records: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         try:
@@ -187,9 +192,7 @@ class Stack:
     def final_links(self, ids: set[str], timeout: float = 180.0) -> tuple[dict[str, dict[str, Any]], list[dict]]:
         """The last link of each document once every id in `ids` has one; and every link record."""
         topic = self.settings().topics.links
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        consumer = self.reader(topic)
         latest: dict[str, dict[str, Any]] = {}
         every: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout

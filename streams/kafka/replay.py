@@ -10,7 +10,7 @@ first-seen order to the SimHash band sets; restoring is idempotent.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from streams.config import Settings
 from streams.core.ports import StateStore, VectorStore
-from streams.core.replay import Recorded, restore
+from streams.core.replay import Recorded, ReplayStats, restore
 from streams.records.output import read_link_record
 
 POLL_S = 1.0
@@ -34,14 +34,11 @@ class Progress(Protocol):
 
 
 @dataclass
-class KafkaReplayStats:
-    read: int = 0
+class KafkaReplayStats(ReplayStats):
     documents: int = 0
-    restored: int = 0
-    already_there: int = 0
+    """Documents among the records read (the latest record of each is restored)."""
     vectors_skipped: int = 0
     """Embedded canonicals whose vectors had nowhere to go (no vector store configured)."""
-    bad: list[str] = field(default_factory=list)
 
 
 def end_offsets(consumer: Consumer, topic: str) -> list[TopicPartition]:

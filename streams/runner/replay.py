@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
-from streams.core.replay import restore
+from streams.core.replay import ReplayStats, restore
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked
 from streams.runner.jsonl import read_lines
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
-
-
-@dataclass
-class ReplayStats:
-    read: int = 0
-    restored: int = 0
-    already_there: int = 0
-    bad: list[str] = field(default_factory=list)
-    """`source:line: reason` of each link that could not be read (skipped, never fatal)."""
 
 
 def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], None] | None = None) -> ReplayStats:
