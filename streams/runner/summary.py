@@ -26,6 +26,8 @@ class RunStats:
     largest_group: int = 1
     largest_group_id: str | None = None
     elapsed: float = 0.0
+    stages: tuple[Stage, ...] = tuple(Stage)
+    """The stages the run had enabled; the summary leaves the others out."""
 
     def count(self, link: Link, repeated: bool) -> None:
         """Count a verdict; a redelivered document's repeated verdict is counted apart."""
@@ -44,6 +46,7 @@ class RunStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "stages": [stage.value for stage in self.stages],
             "read": self.read,
             "rejected": self.rejected,
             "repeated": self.repeated,
@@ -61,10 +64,13 @@ class RunStats:
                 if v
             },
             "largest_group": {"size": self.largest_group, "canonical_id": self.largest_group_id},
-            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items() if k not in self._not_run()},
             "elapsed_seconds": round(self.elapsed, 3),
             "documents_per_second": round(self.read / self.elapsed, 1) if self.elapsed else None,
         }
+
+    def _not_run(self) -> set[str]:
+        return {stage.value for stage in Stage if stage not in self.stages}
 
     def table(self) -> Table:
         summary = self.as_dict()
@@ -80,7 +86,7 @@ class RunStats:
         if self.repeated:
             table.add_row("already decided (redelivered)", str(self.repeated), "", "")
         table.add_row("features (parse, extract, hash)", "", "", f"{self.seconds['features']:.2f}")
-        for stage in Stage:
+        for stage in self.stages:
             dup = self.linked_by_stage[f"{stage.value}:{Verdict.DUPLICATE.value}"]
             rev = self.linked_by_stage[f"{stage.value}:{Verdict.REVIEW.value}"]
             quantiles = summary["score_quantiles"].get(stage.value)
