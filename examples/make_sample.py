@@ -1,7 +1,14 @@
 """Writes examples/articles.jsonl: a small hand-written stream with one copy of every kind.
 
-The texts are written for this project (not taken from any data set). Run it again
-after editing: `python examples/make_sample.py`.
+The texts are written for this project (not taken from any data set). Every stage has
+something to link: a re-crawl (url), a syndicated copy and a Bangla copy in another
+Unicode composition (content), an appended update, a changed headline and a reworded
+Bangla sentence (simhash: each within 3 bits of its original, so the four 16-bit bands
+are certain to find it, under the 6-bit English and 7-bit Bangla thresholds), and a
+Bangla translation of an English article (semantic). A related but different story, an
+HTML page and two broken lines complete it; tests/test_sample.py holds it to that.
+
+Run it again after editing: `python examples/make_sample.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ METRO = (
     "the longer timetable for three weeks without passengers. Commuters who finish work late "
     "in Motijheel and Uttara welcomed the change, saying buses at night are slow and crowded."
 )
-METRO_UPDATE = "Update: the operator later said the first week of late service will be free of charge."
+METRO_UPDATE = "Update: the first week of the late service will be free."
 CYCLONE = (
     "The Meteorological Department raised the cyclone warning signal to level seven at "
     "Chattogram and Cox's Bazar ports on Tuesday as a deep depression over the Bay of Bengal "
@@ -123,7 +130,7 @@ ARTICLES = [
     {
         "id": "cyclone-1-headline",
         "url": "https://aggregator.example.com/story/88231",
-        "title": "Cyclone: ports on danger signal seven, boats told to return",
+        "title": "Danger signal seven hoisted at two ports",
         "body": CYCLONE,
         "published_at": "2026-11-27T07:00:00Z",
     },
@@ -142,6 +149,13 @@ ARTICLES = [
         "published_at": "2026-11-27T04:00:00Z",
     },
     {
+        "id": "rain-1-edited",
+        "url": "https://news.example.com.bd/desh/brishti-sotorkota",
+        "title": "তিন দিন বৃষ্টির সম্ভাবনা",
+        "body": RAIN.replace("নদীর পানি", "নদ-নদীর পানি"),  # "river water" -> "water of rivers and streams"
+        "published_at": "2026-11-27T05:00:00Z",
+    },
+    {
         "id": "html-1",
         "url": "https://www.coastnews.example.org/weather/ferries?page=1&utm_campaign=push",
         "html": FERRIES_HTML,
@@ -150,8 +164,8 @@ ARTICLES = [
 ]
 
 
-def main() -> None:
-    out = Path(__file__).with_name("articles.jsonl")
+def main(out: Path | None = None) -> None:
+    out = out or Path(__file__).with_name("articles.jsonl")
     lines = [json.dumps(article, ensure_ascii=False) for article in ARTICLES]
     lines.insert(6, '{"id": "broken-1", "url": "https://example.com/x", "body": "unterminated')
     lines.append('{"id": "no-url", "title": "A record without a URL", "body": "Crawlers sometimes drop fields."}')
