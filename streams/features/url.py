@@ -1,22 +1,30 @@
 """URL normalisation for the `url` stage.
 
-Two crawls of one article must give one key: scheme and host lowercased,
-`http` and `https` alike, a leading `www.` dropped, the fragment dropped,
-tracking parameters dropped, the rest sorted, one trailing-slash rule. Some
-sites carry the article id in the query (`?id=123`): for those hosts a
-per-source allowlist keeps only the named parameters, since dropping them
-would collapse the whole site into one document.
+Two crawls of one article must give one key, and two articles never one key.
+Percent-encoding and query order are left to w3lib's `canonicalize_url`, which
+never decodes what would change the resource: bytes that are not UTF-8 (legacy
+Latin-1, CP1251, EUC-KR paths) stay encoded with their hex uppercased, and
+reserved characters such as `%2F` stay encoded. The project's own rules are
+here: `http` and `https` alike, a leading `www.` dropped, host names by IDNA
+2008 (`straße.de` is not `strasse.de`), tracking parameters dropped, one
+trailing-slash rule, and the fragment dropped unless it is a `#!` route, which
+single-page sites use as the article's address. Some sites carry the article id
+in the query (`?id=123`): for those hosts a per-source allowlist keeps only the
+named parameters, since dropping them would collapse the whole site into one
+document.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
+
+import idna
+from w3lib.url import canonicalize_url
 
 # The single list of tracking parameters. Exact names, then prefixes.
 TRACKING_PARAMS: frozenset[str] = frozenset(
@@ -61,8 +69,6 @@ TRACKING_PARAMS: frozenset[str] = frozenset(
 TRACKING_PREFIXES: tuple[str, ...] = ("utm_", "hsa_", "pk_", "mtm_", "at_", "_hs")
 
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
-_PATH_SAFE = "/:@!$&'()*+,;=-._~"
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9/:@!$&'()*+,;=\-._~]*")
 
 
 class UrlError(ValueError):
@@ -92,7 +98,10 @@ class SourceRules:
             params = table.get("keep_params") if isinstance(table, dict) else None
             if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
                 raise ValueError(f'sources file {path}: ["{host}"] needs keep_params = ["name", ...]')
-            rules[_canonical_host(host)] = frozenset(params)
+            try:
+                rules[_canonical_host(_ascii_host(host))] = frozenset(params)
+            except UnicodeError as exc:
+                raise ValueError(f'sources file {path}: ["{host}"] is not a valid host name: {exc}') from None
         return cls(rules)
 
     def allowlist_for(self, host: str) -> frozenset[str] | None:
@@ -115,14 +124,31 @@ def _is_tracking(name: str) -> bool:
     return lowered in TRACKING_PARAMS or lowered.startswith(TRACKING_PREFIXES)
 
 
+def _ascii_host(hostname: str) -> str:
+    """The host as DNS knows it: IDNA 2008 (UTS 46 mapping) for international names."""
+    if hostname.isascii():
+        return hostname
+    return idna.encode(hostname, uts46=True).decode("ascii")
+
+
+def _kept_query(query: str, allow: frozenset[str] | None) -> str:
+    """The query without tracking parameters (or with only `allow`), each pair left as it was written."""
+    kept = []
+    for pair in query.split("&"):
+        if not pair:
+            continue
+        name = unquote_plus(pair.split("=", 1)[0])
+        if (name in allow) if allow is not None else not _is_tracking(name):
+            kept.append(pair)
+    return "&".join(kept)
+
+
 def normalize_url(url: str, rules: SourceRules | None = None) -> str:
     """The canonical form of `url`; raises UrlError when it is not an absolute http(s) URL."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
-        hostname = parts.hostname
-        if hostname and not hostname.isascii():
-            hostname = hostname.encode("idna").decode("ascii")
+        hostname = _ascii_host(parts.hostname) if parts.hostname else None
     except (ValueError, UnicodeError) as exc:
         raise UrlError(f"malformed URL {url!r}: {exc}") from None
     scheme = parts.scheme.lower()
@@ -131,30 +157,23 @@ def normalize_url(url: str, rules: SourceRules | None = None) -> str:
     if not hostname:
         raise UrlError(f"URL has no host: {url!r}")
     host = _canonical_host(hostname)
-    netloc = host if port is None or str(port) == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+    bracketed = f"[{host}]" if ":" in host else host  # an IPv6 address
+    netloc = bracketed if port is None or str(port) == _DEFAULT_PORTS[scheme] else f"{bracketed}:{port}"
 
-    # Percent-encoding made canonical (skipped when there is nothing to decode or encode),
-    # then one trailing-slash rule: no trailing slash, except for the root path.
-    path = parts.path
-    if not _PLAIN_PATH.fullmatch(path):
-        path = quote(unquote(path), safe=_PATH_SAFE)
-    path = path or "/"
+    query = _kept_query(parts.query, rules.allowlist_for(host) if rules else None)
+    fragment = parts.fragment if parts.fragment.startswith("!") else ""
+    try:
+        canonical = canonicalize_url(urlunsplit((scheme, netloc, parts.path, query, fragment)), keep_fragments=True)
+    except (ValueError, UnicodeError) as exc:
+        raise UrlError(f"malformed URL {url!r}: {exc}") from None
+    _, _, path, query, fragment = urlsplit(canonical)
+
+    # One trailing-slash rule: no empty segments, no trailing slash except for the root path.
     while "//" in path:
         path = path.replace("//", "/")
-    if len(path) > 1 and path.endswith("/"):
-        path = path.rstrip("/") or "/"
-    if not parts.query:
-        return f"//{netloc}{path}"
-
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    allow = rules.allowlist_for(host) if rules else None
-    if allow is not None:
-        params = [(k, v) for k, v in params if k in allow]
-    else:
-        params = [(k, v) for k, v in params if not _is_tracking(k)]
-    query = urlencode(sorted(params))
+    path = path.rstrip("/") or "/"
     # http and https are one document: the scheme is not part of the key.
-    return f"//{netloc}{path}" + (f"?{query}" if query else "")
+    return f"//{netloc}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if fragment else "")
 
 
 def url_hash(normalized_url: str) -> str:
