@@ -96,7 +96,7 @@ class Featurizer:
         if article.get("body") is not None:
             body = article["body"]
         else:
-            extracted_title, body = extract_article(article["html"])
+            extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
             title = title or extracted_title
         text = document_text(title, body)
         if not text:
