@@ -1,7 +1,7 @@
 import pytest
 
 from streams.evaluation.corpus import NtrexDocument
-from streams.features.language import UNDETERMINED, detect_language
+from streams.features.language import UNDETERMINED, detect_language, normalize_language
 
 
 def test_english_and_bangla_news_are_identified(ntrex: list[NtrexDocument]) -> None:
@@ -29,3 +29,35 @@ def test_text_without_language_is_undetermined() -> None:
 
 def test_control_characters_do_not_break_identification() -> None:
     assert detect_language("\x00\x01\x7f The council approved the budget after a long debate on Monday.") == "en"
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("en", "en"),
+        ("en_US", "en"),
+        ("EN-gb", "en"),
+        ("eng", "en"),
+        ("English", "en"),
+        ("bn", "bn"),
+        ("bn_BD", "bn"),
+        ("ben", "bn"),
+        ("Bangla", "bn"),
+        ("Bengali", "bn"),
+        ("iw", "he"),  # deprecated codes (CLD2 still answers with some) to their current ones
+        ("zh-Hant-TW", "zh"),
+        ("cmn", "zh"),
+    ],
+)
+def test_language_labels_name_the_base_language(label: str, expected: str) -> None:
+    assert normalize_language(label) == expected
+
+
+@pytest.mark.parametrize("label", ["", " ", "und", "mul", "zxx", "xx", "x-private", "not a language", "12", "en-"])
+def test_unknown_or_empty_labels_are_none(label: str) -> None:
+    assert normalize_language(label) is None
+
+
+def test_detected_codes_are_normalised_too() -> None:
+    hebrew = "הממשלה הודיעה היום על צעדים כלכליים חדשים לבלימת האינפלציה במדינה."
+    assert detect_language(hebrew) == "he"

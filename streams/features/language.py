@@ -1,15 +1,48 @@
-"""Language identification with CLD2 (pycld2).
+"""Language identification with CLD2 (pycld2), and crawlers' labels read with langcodes.
 
 CLD2 is a compiled n-gram identifier covering Bangla and English among 80+
 languages and answers in tens of microseconds, which keeps stages 1 to 3 above
 5,000 documents a second on one core (lingua took 100-350 us on the same text).
+
+Bands and cut-offs are per language, so a label must name the language and
+nothing else: `en_US`, `eng` and `English` are all `en`, and deprecated codes
+(CLD2 still answers `iw` for Hebrew) become the current ones.
 """
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
+import langcodes
 import pycld2
 
 UNDETERMINED = "und"
+# Valid codes that name no single language: these labels say nothing, so the text decides.
+_NO_LANGUAGE = frozenset({"und", "mul", "zxx", "mis"})
+# What may be a language's English name ("Bangla", "German (Swiss)") rather than a tag.
+_NAME = re.compile(r"[^\W\d_][^\W\d_ ()]*(?: [^\W\d_ ()]+)*(?: \([^\W\d_ ()]+\))?")
+
+
+@lru_cache(maxsize=4096)
+def normalize_language(label: str) -> str | None:
+    """The base language (ISO 639, shortest code) a label names, or None when it names none.
+
+    Reads BCP 47 tags (`_` as `-`), ISO 639-2/3 codes and English names.
+    """
+    label = label.strip()
+    try:
+        code = langcodes.Language.get(langcodes.standardize_tag(label.replace("_", "-"), macro=True)).language
+    except ValueError:  # not a tag
+        code = None
+    if (code is None or not langcodes.tag_is_valid(code)) and len(label) > 3 and _NAME.fullmatch(label):
+        try:
+            code = langcodes.find(label).language
+        except LookupError:
+            return None
+    if not code or not code.isalpha() or code in _NO_LANGUAGE or not langcodes.tag_is_valid(code):
+        return None  # `x-...` is private use: nothing two sources could agree on
+    return code
 
 
 def detect_language(text: str, sample_chars: int = 1000) -> str:
@@ -23,5 +56,4 @@ def detect_language(text: str, sample_chars: int = 1000) -> str:
             _reliable, _, details = pycld2.detect("".join(c for c in sample if c.isprintable()), bestEffort=True)
         except pycld2.error:
             return UNDETERMINED
-    code = details[0][1]
-    return UNDETERMINED if code in ("un", "xx") or not code else code.split("-")[0]
+    return normalize_language(details[0][1]) or UNDETERMINED

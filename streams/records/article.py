@@ -16,7 +16,7 @@ import orjson
 from streams.config import Settings
 from streams.core.model import Document
 from streams.features.extract import ExtractionError, extract_article
-from streams.features.language import detect_language
+from streams.features.language import detect_language, normalize_language
 from streams.features.simhash import char_simhash, word_simhash
 from streams.features.text import content_hash, document_text
 from streams.features.url import SourceRules, UrlError, normalize_url, url_hash
@@ -105,10 +105,8 @@ class Featurizer:
         published_at = parse_timestamp(published) if published else ingest_time
         u_hash, c_hash = url_hash(normalized), content_hash(text)
         given_language = article.get("language")
-        language = (
-            given_language.split("-")[0].lower()
-            if given_language
-            else detect_language(text, self._settings.language_sample_chars)
+        language = (normalize_language(given_language) if given_language else None) or detect_language(
+            text, self._settings.language_sample_chars
         )
         sim = self._settings.simhash
         simhash = (
