@@ -5,7 +5,11 @@ dashes against hyphens, runs of whitespace, and (for Bangla) different
 codepoint sequences for the same letter. NFKC folds the compatibility forms;
 Bangla nukta letters (U+09DC, U+09DD, U+09DF) are composition exclusions, so
 NFKC *decomposes* them, and we recompose them to keep one spelling per letter
-whichever form the publisher used.
+whichever form the publisher used. In Bangla and the other Brahmic scripts of
+India and Sri Lanka (U+0900-U+0DFF) the zero-width joiner and non-joiner only
+choose a glyph (`র‍্য` with a ZWJ is the ya-phala form of `র্য`, a ZWNJ shows the
+hasanta of `ক্‌ষ`), never the letters, so there they are dropped; elsewhere they
+stay, since in emoji sequences and Persian they change what a reader sees.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ _NON_CANONICAL = re.compile("[" + "".join(_CANONICAL_FORMS) + "]")
 # map them back so "য়" is one codepoint however it arrived.
 _BANGLA_RECOMPOSE = {"\u09a1\u09bc": "\u09dc", "\u09a2\u09bc": "\u09dd", "\u09af\u09bc": "\u09df"}
 _BANGLA_RE = re.compile("|".join(_BANGLA_RECOMPOSE))
+_INDIC_JOINERS = re.compile("(?<=[\u0900-\u0dff])[\u200c\u200d]+|[\u200c\u200d]+(?=[\u0900-\u0dff])")
 
 
 def _canonical_form(match: re.Match[str]) -> str:
@@ -34,7 +39,7 @@ def _canonical_form(match: re.Match[str]) -> str:
 
 
 def normalize_text(text: str) -> str:
-    """NFKC, canonical quotes and dashes, Bangla nukta letters composed, whitespace collapsed."""
+    """NFKC, canonical quotes and dashes, Bangla nukta letters composed, Indic joiners dropped, whitespace collapsed."""
     if text.isascii():  # NFKC is the identity on ASCII; only the backtick needs mapping
         return " ".join(text.replace("`", "'").split())
     if not unicodedata.is_normalized("NFKC", text):  # a quick check, much cheaper than normalising
@@ -42,6 +47,8 @@ def normalize_text(text: str) -> str:
     text = _NON_CANONICAL.sub(_canonical_form, text)
     if "\u09bc" in text:
         text = _BANGLA_RE.sub(lambda m: _BANGLA_RECOMPOSE[m.group(0)], text)
+    if "\u200c" in text or "\u200d" in text:
+        text = _INDIC_JOINERS.sub("", text)
     return " ".join(text.split())
 
 
