@@ -154,6 +154,12 @@ class Settings(BaseSettings):
         1000, ge=1, description="A group this large sends further near-duplicates to review instead of linking."
     )
     max_record_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Input lines larger than this are rejected.")
+    max_id_chars: int = Field(
+        512,
+        ge=16,
+        description="Input ids longer than this are rejected, as are ids with control characters: ids are keys in"
+        " every store and topic.",
+    )
     min_html_text_chars: int = Field(
         100,
         ge=0,

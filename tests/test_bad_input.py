@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,8 @@ from streams.core.model import Document, Link
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import deduped_record, link_record
 
-FEATURIZER = Featurizer(Settings(stages=["url", "content", "simhash"]))
+FEATURIZER_SETTINGS = Settings(stages=["url", "content", "simhash"])
+FEATURIZER = Featurizer(FEATURIZER_SETTINGS)
 INGEST = 1_767_225_600
 
 json_values = st.recursive(
@@ -37,7 +40,9 @@ dates = st.one_of(
 articles = st.fixed_dictionaries(
     {},
     optional={
-        "id": st.one_of(st.text(max_size=20), st.integers(-(2**63), 2**63 - 1), json_values),
+        "id": st.one_of(
+            st.text(max_size=20), st.text(min_size=510, max_size=520), st.integers(-(2**63), 2**63 - 1), json_values
+        ),
         "url": st.one_of(urls, json_values),
         "title": st.one_of(st.text(max_size=80), json_values),
         "body": st.one_of(st.text(max_size=400), json_values),
@@ -55,6 +60,9 @@ def _check(raw: bytes) -> None:
         assert result.reason and result.raw == raw
     else:
         assert result.text and len(result.url_hash) == 64 and 0 <= result.simhash < 2**64
+        # Ids are keys in every store: bounded, and free of the separators packed into Redis fields.
+        assert len(result.doc_id) <= FEATURIZER_SETTINGS.max_id_chars
+        assert not any(unicodedata.category(c) == "Cc" for c in result.doc_id)
         # What a valid document becomes must be writable too.
         link = Link.unique(result.doc_id)
         orjson.dumps(link_record(link, result))

@@ -7,6 +7,7 @@ its Document. Nothing here raises on bad input; it returns a Rejection.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,9 @@ from streams.features.simhash import char_simhash, word_simhash
 from streams.features.text import content_hash, document_text
 from streams.features.url import SourceRules, UrlError, normalize_url, url_hash
 from streams.records.schemas import RAW_ARTICLE, SchemaError, validator
+
+# Unicode category Cc: C0 controls, DEL and C1 controls.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +88,21 @@ class Featurizer:
             self._validate(article)
         except SchemaError as exc:
             return Rejection(f"schema: {exc.message}", raw)
+        if (doc_id := article.get("id")) is not None and (problem := self._id_problem(str(doc_id))):
+            return Rejection(problem, raw)
         try:
             return self._document(article, ingest_time)
         except (UrlError, ExtractionError, ValueError) as exc:
             return Rejection(str(exc), raw)
+
+    def _id_problem(self, doc_id: str) -> str | None:
+        """Why an id cannot be a key: too long, or a control character (U+001F packs Redis fields)."""
+        limit = self._settings.max_id_chars
+        if len(doc_id) > limit:
+            return f"id is {len(doc_id):,} characters, above max_id_chars = {limit:,}"
+        if bad := _CONTROL.search(doc_id):
+            return f"id contains control character U+{ord(bad.group()):04X} at position {bad.start()}"
+        return None
 
     def _document(self, article: dict[str, Any], ingest_time: int) -> Document:
         url: str = article["url"]
