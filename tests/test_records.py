@@ -110,7 +110,19 @@ def test_html_goes_through_boilerplate_removal(featurizer: Featurizer) -> None:
         ("2026-11-01T06:00:00Z", 1793512800),
         ("2026-11-01T12:00:00+06:00", 1793512800),
         ("2026-11-01 06:00:00", 1793512800),
+        # RFC 2822, the RSS pubDate: named and numeric zones, no weekday, -0000 ("zone unknown") read as UTC.
+        ("Sun, 01 Nov 2026 06:00:00 GMT", 1793512800),
+        ("Sun, 01 Nov 2026 12:00:00 +0600", 1793512800),
+        ("1 Nov 2026 01:00:00 EST", 1793512800),
+        ("01 Nov 2026 06:00:00 -0000", 1793512800),
     ],
 )
 def test_timestamps(value: str, expected: int) -> None:
     assert parse_timestamp(value) == expected
+
+
+def test_an_rss_date_is_accepted_and_a_wrong_one_named(featurizer: Featurizer) -> None:
+    doc = featurizer.parse(orjson.dumps(good(published_at="Mon, 02 Nov 2026 10:00:00 +0600")), ingest_time=INGEST)
+    assert isinstance(doc, Document) and doc.published_at == parse_timestamp("2026-11-02T04:00:00Z")
+    bad = featurizer.parse(orjson.dumps(good(published_at="Mon, 31 Nov 2026 10:00:00 +0600")), ingest_time=INGEST)
+    assert isinstance(bad, Rejection) and "RFC 3339 or RFC 2822" in bad.reason

@@ -10,6 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import orjson
@@ -36,11 +37,14 @@ class Rejection:
 
 
 def parse_timestamp(value: str) -> int:
-    """RFC 3339 (ISO 8601) to Unix seconds; a value without an offset is read as UTC."""
+    """RFC 3339 (ISO 8601), or RFC 2822 as RSS feeds write it, to Unix seconds; without an offset, UTC."""
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ValueError(f"published_at {value!r} is not an RFC 3339 date-time") from None
+        try:
+            moment = parsedate_to_datetime(value)
+        except (ValueError, TypeError, IndexError):
+            raise ValueError(f"published_at {value!r} is not an RFC 3339 or RFC 2822 date-time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     try:
