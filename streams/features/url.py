@@ -133,7 +133,7 @@ def _ascii_host(hostname: str) -> str:
 
 def _kept_query(query: str, allow: frozenset[str] | None) -> str:
     """The query without tracking parameters (or with only `allow`), each pair left as it was written."""
-    kept = []
+    kept: list[str] = []
     for pair in query.split("&"):
         if not pair:
             continue
