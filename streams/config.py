@@ -133,6 +133,12 @@ class WorkerSettings(BaseModel):
     max_poll_interval_s: float = Field(
         300.0, ge=1, description="Longest a batch may take (an embedding batch on a CPU) before the worker is dropped."
     )
+    max_message_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description="Largest record the broker accepts (its message.max.bytes, 1 MiB by default in Kafka):"
+        " the producers' limit, and what max_record_bytes must fit in with room for the features.",
+    )
     web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 
@@ -153,7 +159,12 @@ class Settings(BaseSettings):
     group_cap: int = Field(
         1000, ge=1, description="A group this large sends further near-duplicates to review instead of linking."
     )
-    max_record_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Input lines larger than this are rejected.")
+    max_record_bytes: int = Field(
+        960 * 1024,
+        ge=1024,
+        description="Input records larger than this are rejected; the workers refuse a value that would not fit,"
+        " with the features added, in what the broker accepts (worker.max_message_bytes).",
+    )
     max_id_chars: int = Field(
         512,
         ge=16,

@@ -10,9 +10,10 @@ import pytest
 
 from streams.config import Settings
 from streams.core.model import Document
+from streams.evaluation.corpus import NtrexDocument
 from streams.records.article import Featurizer
 from streams.records.stage import read_stage_record, rejected_record, stage_record
-from streams.service.app import broker_credentials
+from streams.service.app import broker_credentials, check_record_limits
 
 
 def test_kafka_security_settings_become_faust_credentials() -> None:
@@ -60,7 +61,33 @@ def test_a_stage_record_carries_the_document_unchanged() -> None:
 
 
 def test_a_rejected_record_keeps_the_original_bytes() -> None:
-    text = rejected_record("bad", b'{"x": 1', {"topic": "t", "partition": 0, "offset": 7})
+    text = orjson.loads(rejected_record("bad", b'{"x": 1', {"topic": "t", "partition": 0, "offset": 7}))
     assert text["raw"] == '{"x": 1' and text["reason"] == "bad" and text["offset"] == 7
-    binary = rejected_record("bad", b"\xff\x00", {})
+    binary = orjson.loads(rejected_record("bad", b"\xff\x00", {}))
     assert base64.b64decode(binary["raw_base64"]) == b"\xff\x00" and "raw" not in binary
+
+
+def test_a_stage_record_carries_the_article_once(ntrex: list[NtrexDocument]) -> None:
+    body = " ".join(sentence for story in ntrex[:300] for sentence in story.english)  # a long real article
+    raw = orjson.dumps({"id": "long", "url": "https://e.com/long", "title": "Long", "body": body})
+    doc = Featurizer(Settings()).parse(raw, ingest_time=1_800_000_000)
+    assert isinstance(doc, Document)
+    record = stage_record(doc, 1)
+    assert len(record) < len(raw) + 1024, f"{len(record):,} bytes for a {len(raw):,}-byte article"
+    assert read_stage_record(record)[0] == doc
+
+
+def test_a_rejection_of_an_oversized_record_fits_the_broker() -> None:
+    raw = b'{"body": "' + b"x" * 2_000_000 + b'"}'
+    record = rejected_record("too large", raw, {"topic": "t"}, max_bytes=1_048_576)
+    assert len(record) <= 1_048_576
+    parsed = orjson.loads(record)
+    assert (
+        parsed["reason"] == "too large" and parsed["raw_bytes"] == len(raw) and raw.startswith(parsed["raw"].encode())
+    )
+
+
+def test_a_worker_refuses_input_limits_the_broker_cannot_carry() -> None:
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        check_record_limits(Settings(max_record_bytes=4 * 1024 * 1024))
+    check_record_limits(Settings())  # the defaults fit Kafka's default message.max.bytes

@@ -11,6 +11,7 @@ import pytest
 from streams.core.model import Link, Stage, Verdict
 from streams.core.ports import Reads, StateStore
 from streams.stores.batched import BatchedState
+from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
@@ -114,7 +115,9 @@ def test_a_batch_is_written_in_one_flush_and_the_first_verdict_stands(redis_url:
     assert [c.doc_id for c in batch.band_candidates("en", (9, 2, 9, 9))] == ["a"]
     assert shared.verdict_of("a") is None  # nothing written before the flush
     shared.record_verdict(Link.unique("b"))  # another worker decided b first
-    assert batch.flush() == {"b": Link.unique("b")}
+    lock = RedisLock(shared._redis, f"{shared._prefix}lock", ttl_s=5)
+    with lock.held() as lease:
+        assert batch.flush(lease) == {"a": Link.unique("a"), "b": Link.unique("b")}
     assert shared.verdict_of("a") == Link.unique("a")
     assert shared.exact_lookup(["u:1"]) == {"u:1": "a"}
     assert [c.doc_id for c in shared.band_candidates("en", (1, 0, 0, 0))] == ["a"]

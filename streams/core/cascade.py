@@ -99,6 +99,11 @@ class Cascade:
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""
 
+    @property
+    def model(self) -> ModelId | None:
+        """The embedding model of the semantic stage (None without it)."""
+        return self._model
+
     def reads(self, docs: Sequence[Document], through: Stage = Stage.SEMANTIC) -> Reads:
         """What deciding (or resolving up to `through`) these documents reads first (pure)."""
         simhash = self._runs_simhash(through)

@@ -85,7 +85,9 @@ class Link:
     `canonical_id` is the document's own id when unique and always names a
     canonical otherwise (never a duplicate, so links cannot chain). `score` is a
     Hamming distance for `simhash`, a cosine for `semantic`, and None for the
-    exact stages and for unique documents.
+    exact stages and for unique documents. `seq` is the order in which the store
+    recorded the verdict (None until it is recorded, or where the store keeps no
+    order): replay restores in that order. It is not part of a verdict's identity.
     """
 
     doc_id: str
@@ -94,6 +96,7 @@ class Link:
     stage: Stage | None = None
     score: float | None = None
     model: str | None = None
+    seq: int | None = field(default=None, compare=False)
 
     @property
     def publishes(self) -> bool:

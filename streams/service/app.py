@@ -7,9 +7,11 @@ Only then does it ask for the next batch, which is when faust acks the events of
 this one, and only acked offsets are committed: at-least-once, and a record
 redelivered after a crash gets the verdict it already had.
 
-A batch that fails on a store or the model (not on its input, which is rejected
-record by record) is retried after a pause, and the worker reports itself not
-ready meanwhile; it never skips a batch.
+Deciding and sending are one unit: a batch that fails on a store, the model or
+the broker (a timeout, an outage) is decided and sent again after a pause, and
+the worker reports itself not ready meanwhile; it never skips a batch, and
+decisions are idempotent, so a retry sends the same verdicts. A record the
+broker refuses for good (too large) is replaced by a rejection that says so.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.errors import MessageSizeTooLargeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streams.config import Settings
+from streams.records.stage import rejected_record
 from streams.service import metrics
 from streams.service.resources import Resources
 from streams.service.stages import Agent, Incoming, Outgoing, StageAgent, input_topic
@@ -35,6 +39,22 @@ from streams.service.stages import Agent, Incoming, Outgoing, StageAgent, input_
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = (0.5, 1.0, 2.0, 5.0)
+
+FEATURES_ROOM_BYTES = 64 * 1024
+"""What a published article adds to its raw record at most: id, normalised URL, features, verdict."""
+
+
+def check_record_limits(settings: Settings) -> None:
+    """Refuse a configuration whose accepted input could not be published: every raw record up to
+    `max_record_bytes` must fit, with its features, in what the broker accepts."""
+    limit = settings.worker.max_message_bytes
+    if settings.max_record_bytes + FEATURES_ROOM_BYTES > limit:
+        raise ValueError(
+            f"max_record_bytes ({settings.max_record_bytes:,}) leaves no room for the features in what the broker"
+            f" accepts (worker.max_message_bytes {limit:,}): set DEDUP_MAX_RECORD_BYTES to at most"
+            f" {limit - FEATURES_ROOM_BYTES:,}, or raise the broker's message.max.bytes and"
+            " DEDUP_WORKER__MAX_MESSAGE_BYTES together"
+        )
 
 
 @dataclass
@@ -85,6 +105,7 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
     if not settings.kafka_bootstrap:
         raise ValueError("no Kafka broker configured: set DEDUP_KAFKA_BOOTSTRAP (host:port)")
     credentials, _ = broker_credentials(settings)
+    check_record_limits(settings)
     datadir = settings.state_dir or Path(tempfile.gettempdir()) / "dedup-worker"
     app = faust.App(
         worker.group_id,
@@ -104,6 +125,7 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         producer_acks=-1,
         producer_linger=0.005,  # a batch's outputs leave in a few requests, not one request each
         producer_max_batch_size=512 * 1024,
+        producer_max_request_size=worker.max_message_bytes,
         web_enabled=True,
         web_bind=worker.web_host,
         web_host=worker.web_host,
@@ -164,19 +186,23 @@ def _agent_loop(handler: StageAgent, topic: Any, health: Health, settings: Setti
                 )
                 for event in events
             ]
-            outputs = await _decide_with_retries(handler, batch, health, name)
-            await _send_all(outputs, topic)
+            await _with_retries(handler, batch, topic, health, settings)
             health.last_batch[name] = time.time()
 
     return process
 
 
-async def _decide_with_retries(handler: StageAgent, batch: list[Incoming], health: Health, name: str) -> list[Outgoing]:
+async def _with_retries(
+    handler: StageAgent, batch: list[Incoming], topic: Any, health: Health, settings: Settings
+) -> None:
+    """Decide the batch and send every output; on any failure, both again after a pause, until done."""
+    name = handler.agent.value
     attempt = 0
     while True:
         try:
             outputs = await asyncio.to_thread(handler.handle, batch)
-        except Exception as exc:  # a store or model failure: retry the batch, never skip it
+            await _send_all(outputs, topic, settings)
+        except Exception as exc:  # a store, model or broker failure: retry the batch, never skip it
             metrics.FAILURES.labels(name).inc()
             health.failing[name] = f"{type(exc).__name__}: {exc}"
             pause = RETRY_PAUSE_S[min(attempt, len(RETRY_PAUSE_S) - 1)]
@@ -185,11 +211,55 @@ async def _decide_with_retries(handler: StageAgent, batch: list[Incoming], healt
             await asyncio.sleep(pause)
             continue
         health.failing.pop(name, None)
-        return outputs
+        return
 
 
-async def _send_all(outputs: list[Outgoing], topic: Any) -> None:
-    """Send every output and wait for the broker's acknowledgement of each."""
-    pending = [await topic(out.topic).send(key=out.key, value=out.value) for out in outputs]
-    if pending:
-        await asyncio.gather(*pending)
+async def _send_all(outputs: list[Outgoing], topic: Any, settings: Settings) -> None:
+    """Send every output and wait for the broker's acknowledgement of each.
+
+    A record refused as too large is sent to the rejected topic instead, with the
+    reason; any other failure raises, and the caller retries the whole batch.
+    """
+    refused = [out for out in await _send(outputs, topic) if out is not None]
+    if refused:
+        rejections = [_unsendable(out, settings) for out in refused]
+        for out in await _send(rejections, topic):
+            if out is not None:
+                raise RuntimeError(f"a rejection for {out.key!r} was refused by the broker as too large")
+
+
+async def _send(outputs: list[Outgoing], topic: Any) -> list[Outgoing | None]:
+    """Send and await each record; the records refused as too large come back, the others as None."""
+    pending: list[Any] = []
+    for out in outputs:
+        try:
+            pending.append(await topic(out.topic).send(key=out.key, value=out.value))
+        except MessageSizeTooLargeError as exc:  # refused by the producer before it left
+            pending.append(exc)
+    results = await asyncio.gather(
+        *(_settled(item) for item in pending),
+    )
+    failures = [r for r in results if isinstance(r, BaseException) and not isinstance(r, MessageSizeTooLargeError)]
+    if failures:
+        raise failures[0]
+    return [out if isinstance(r, MessageSizeTooLargeError) else None for out, r in zip(outputs, results, strict=True)]
+
+
+async def _settled(item: Any) -> Any:
+    """The result of a send, or the exception it ended with."""
+    if isinstance(item, BaseException):
+        return item
+    try:
+        return await item
+    except Exception as exc:
+        return exc
+
+
+def _unsendable(out: Outgoing, settings: Settings) -> Outgoing:
+    metrics.UNSENDABLE.labels(out.topic).inc()
+    reason = (
+        f"the {len(out.value):,}-byte record for {out.topic} was refused by the broker as too large"
+        f" (worker.max_message_bytes {settings.worker.max_message_bytes:,})"
+    )
+    value = rejected_record(reason, out.value, {"topic": out.topic}, settings.worker.max_message_bytes)
+    return Outgoing(settings.topics.rejected, out.key, value)

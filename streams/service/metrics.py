@@ -39,3 +39,10 @@ GROUP_SIZE = Histogram(
     buckets=(2, 3, 5, 10, 20, 50, 100, 500, 1000, 10000),
 )
 FAILURES = Counter("dedup_batch_failures", "Batches that failed on a store or model and were retried.", ["agent"])
+EMBED_RETRIES = Counter(
+    "dedup_embed_retries",
+    "Batches decided again after embedding a document found to need a vector (no model runs under the lease).",
+)
+UNSENDABLE = Counter(
+    "dedup_unsendable", "Records the broker refused for good (too large), sent as rejections instead.", ["topic"]
+)

@@ -18,6 +18,7 @@ from streams.service.stages import Agent, StageAgent, pipeline
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore
+from streams.vectors.batched import BatchedVectors
 
 EMBEDDED = "embedded"
 
@@ -96,8 +97,9 @@ class Resources:
         settings = self.settings.model_copy(update={"stages": stages})
         model = embedder.model_id if embedder is not None else None
         state = BatchedState(self.state)  # one per agent: each warms and flushes its own batches
-        cascade = Cascade(settings, MeteredState(state), vectors, model)
-        return StageAgent(self.settings, agent, cascade, state, self.lock, embedder)
+        held = BatchedVectors(vectors) if vectors is not None else None  # written once verdicts are recorded
+        cascade = Cascade(settings, MeteredState(state), held, model)
+        return StageAgent(self.settings, agent, cascade, state, self.lock, embedder, held)
 
     def close(self) -> None:
         close = getattr(self._vectors, "close", None)

@@ -9,8 +9,10 @@ record sent. Everything that decides sits here, over the same `Cascade` that
 The rule for documents in flight (docs/streaming.md): an agent that is not the
 last only links documents to canonicals that already exist and passes the rest
 on; the last agent decides with the whole cascade, for a whole batch under the
-registration lock. Only it makes canonicals, and each time it does, it has seen
-every canonical made before.
+registration lease. Only it makes canonicals, and each time it does, it has seen
+every canonical made before. Every write is fenced by the lease it was decided
+under, no model runs while the lease is held, and a batch's vectors reach the
+vector store only once its verdicts are recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from streams.records.stage import read_stage_record, rejected_record, stage_reco
 from streams.service import metrics
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
+from streams.vectors.batched import BatchedVectors
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +108,10 @@ class StageAgent:
         state: BatchedState,
         lock: RedisLock,
         embedder: Embedder | None = None,
+        vectors: BatchedVectors | None = None,
     ) -> None:
-        """`cascade` must decide against `state` (or a wrapper of it): the agent warms and flushes it."""
+        """`cascade` must decide against `state` and `vectors` (or wrappers of them): the agent
+        warms and flushes both."""
         chain = pipeline(settings)
         if agent not in chain:
             raise ValueError(f"the {agent} agent has nothing to do: its stages are not enabled ({settings.stages})")
@@ -116,12 +121,14 @@ class StageAgent:
         self._state = state
         self._lock = lock
         self._embedder = embedder
+        self._vectors = vectors
+        self._max_bytes = settings.worker.max_message_bytes
         self.final = agent is chain[-1]
         self._next = None if self.final else input_topic(settings, chain[chain.index(agent) + 1])
         self._through = AGENT_STAGES[agent][-1]
         self._featurizer = Featurizer(settings) if agent is Agent.EXACT else None
-        if self.final and cascade.semantic and embedder is None:
-            raise ValueError("the semantic agent needs an embedder")
+        if self.final and cascade.semantic and (embedder is None or vectors is None):
+            raise ValueError("the semantic agent needs an embedder and a vector store")
 
     def handle(self, batch: Sequence[Incoming]) -> list[Outgoing]:
         """Verdicts, forwarded documents and rejections for one batch, in input order per kind.
@@ -145,11 +152,11 @@ class StageAgent:
                 decided = self._decide_all(docs) if self.final else self._resolve_all(docs)
         finally:
             self._state.reset()  # a failed batch leaves no half-written snapshot behind
+            if self._vectors is not None:
+                self._vectors.reset()
         for doc, received, decision, vector in decided:
             if decision is None:
-                assert self._next is not None
-                metrics.FORWARDED.labels(self.agent.value).inc()
-                out.append(Outgoing(self._next, doc.doc_id.encode(), stage_record(doc, received)))
+                out.append(self._forward(doc, received))
             else:
                 out.extend(self._verdict(doc, received, decision, vector))
         metrics.BATCH_SECONDS.labels(self.agent.value).observe(time.perf_counter() - started)
@@ -165,51 +172,106 @@ class StageAgent:
         except Exception as exc:  # the input boundary: no record may stop the worker
             return Rejection(f"unreadable {self.agent} record: {type(exc).__name__}: {exc}", record.value)
 
+    def _forward(self, doc: Document, received: int) -> Outgoing:
+        """The document, passed on to the next agent; rejected whole if the broker cannot take it
+        (it has no verdict yet, so nothing else of it is published)."""
+        assert self._next is not None
+        value = stage_record(doc, received)
+        if len(value) > self._max_bytes:
+            reason = (
+                f"stage record for {self._next} is {len(value):,} bytes, above the broker's limit of"
+                f" {self._max_bytes:,} (worker.max_message_bytes); the document was not decided"
+            )
+            return self._rejection(Rejection(reason, orjson.dumps(doc.article)), None, doc.doc_id.encode())
+        metrics.FORWARDED.labels(self.agent.value).inc()
+        return Outgoing(self._next, doc.doc_id.encode(), value)
+
     def _resolve_all(self, docs: list[tuple[Document, int]]) -> list[Decided]:
-        """An agent before the last: link what the state knows, on a snapshot taken without the lock."""
+        """An agent before the last: link what the state knows, on a snapshot taken without the lease.
+
+        A redelivered canonical that was embedded is passed on rather than answered here:
+        only the last agent can send its link with its vector again (compaction keeps the
+        latest link of a document, and replay needs the vector in it).
+        """
         cascade = self._cascade
         self._state.warm(cascade.reads([doc for doc, _ in docs], self._through))
-        resolved = [(doc, received, cascade.resolve(doc, self._through)) for doc, received in docs]
-        with self._lock.held():
-            lost = self._state.flush()
-        return [(doc, received, _standing(decision, lost), None) for doc, received, decision in resolved]
+        resolved = []
+        for doc, received in docs:
+            decision = cascade.resolve(doc, self._through)
+            if decision is not None and decision.repeated and _embedded_canonical(decision.link):
+                decision = None
+            resolved.append((doc, received, decision))
+        with self._lock.held() as lease:
+            standing = self._state.flush(lease)
+        return [(doc, received, _standing(decision, standing), None) for doc, received, decision in resolved]
 
     def _decide_all(self, docs: list[tuple[Document, int]]) -> list[Decided]:
-        """The last stage: every document decided by the whole cascade, the batch under the lock.
+        """The last stage: every document decided by the whole cascade, the batch under the lease.
 
-        Vectors are computed before taking the lock, for the documents the state says
-        will need one, leaving out copies of a document earlier in the batch (they will
-        most likely be linked to it by stages 1 to 3). A document that turns out to need
-        a vector anyway gets it on the spot.
+        No model runs under the lease: vectors are computed before taking it, for the
+        documents the state says will need one (leaving out, at first, copies of a
+        document earlier in the batch: stages 1 to 3 will most likely link them). If a
+        document turns out to need a vector it does not have, the batch's decisions are
+        dropped, the lease released, every document still needing a vector embedded,
+        and the batch decided again. The write is fenced by the lease; the batch's new
+        vectors reach the vector store after its verdicts are recorded, still under it.
         """
         cascade = self._cascade
         vectors: dict[str, np.ndarray] = {}
-        if cascade.semantic:
-            self._state.warm(cascade.reads([doc for doc, _ in docs]))
-            wanted: list[Document] = []
-            for doc, _ in docs:
-                if not any(cascade.would_link(doc, earlier) for earlier in wanted) and cascade.needs_vector(doc):
-                    wanted.append(doc)
-            vectors = self._embed(wanted)
-        decided = []
-        with self._lock.held():
-            self._state.warm(cascade.reads([doc for doc, _ in docs]))
-            for doc, received in docs:
-                vector = vectors.get(doc.doc_id)
-                if vector is None and cascade.needs_vector(doc):
-                    vector = self._embed([doc])[doc.doc_id]
-                decided.append((doc, received, cascade.decide(doc, vector), vector))
-            lost = self._state.flush()
-        decided = [(doc, got, _standing(decision, lost), vector) for doc, got, decision, vector in decided]
+        skip_copies = True
+        while True:
+            if cascade.semantic:
+                vectors.update(self._embed(self._wanted(docs, vectors, skip_copies)))
+            with self._lock.held() as lease:
+                self._state.warm(cascade.reads([doc for doc, _ in docs]))
+                decided = []
+                for doc, received in docs:
+                    vector = vectors.get(doc.doc_id)
+                    if vector is None and cascade.needs_vector(doc):
+                        break
+                    decided.append((doc, received, cascade.decide(doc, vector), vector))
+                else:
+                    standing = self._state.flush(lease, exact=True)
+                    if self._vectors is not None:
+                        self._vectors.flush(set(standing))
+                    break
+                self._state.reset()
+                if self._vectors is not None:
+                    self._vectors.reset()
+            metrics.EMBED_RETRIES.inc()
+            skip_copies = False
+        decided = [(doc, got, _standing(decision, standing), vector) for doc, got, decision, vector in decided]
         # A redelivered canonical's link is sent again; it must carry its vector again, or
-        # compaction would keep a link that replay cannot rebuild the vector from.
+        # compaction would keep a link that replay cannot rebuild the vector from. Its vector
+        # is written again too: the first attempt may have died between Redis and the store.
         again = [
             doc
             for doc, _, decision, vector in decided
-            if vector is None and decision.repeated and decision.link.verdict is Verdict.UNIQUE and decision.link.model
+            if vector is None and decision is not None and decision.repeated and _embedded_canonical(decision.link)
         ]
         vectors = self._embed(again)
+        if vectors and self._vectors is not None:
+            model = cascade.model
+            assert model is not None  # a cascade with vectors has a model
+            for doc in again:
+                self._vectors.add(model, doc.doc_id, vectors[doc.doc_id], doc.published_at, doc.language)
+            self._vectors.flush(set(vectors))
         return [(doc, got, decision, vectors.get(doc.doc_id, vector)) for doc, got, decision, vector in decided]
+
+    def _wanted(
+        self, docs: list[tuple[Document, int]], have: dict[str, np.ndarray], skip_copies: bool
+    ) -> list[Document]:
+        """Documents to embed before taking the lease, judged on a snapshot read without it."""
+        cascade = self._cascade
+        self._state.warm(cascade.reads([doc for doc, _ in docs]))
+        wanted: list[Document] = []
+        for doc, _ in docs:
+            if doc.doc_id in have or (skip_copies and any(cascade.would_link(doc, earlier) for earlier in wanted)):
+                continue
+            if cascade.needs_vector(doc):
+                wanted.append(doc)
+        self._state.reset()
+        return wanted
 
     def _embed(self, docs: list[Document]) -> dict[str, np.ndarray]:
         if not docs:
@@ -248,15 +310,28 @@ class StageAgent:
             metrics.GROUP_SIZE.observe(decision.group_size)
         return out
 
-    def _rejection(self, rejection: Rejection, record: Incoming) -> Outgoing:
+    def _rejection(self, rejection: Rejection, record: Incoming | None, key: bytes | None = None) -> Outgoing:
+        """An `articles.rejected` record; `record` None for a document rejected after it was parsed."""
         metrics.REJECTED.labels(self.agent.value).inc()
-        origin: dict[str, Any] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-        value = orjson.dumps(rejected_record(rejection.reason, rejection.raw, origin))
-        return Outgoing(self._settings.topics.rejected, record.key, value)
+        origin: dict[str, Any] = {"agent": self.agent.value}
+        if record is not None:
+            origin.update(topic=record.topic, partition=record.partition, offset=record.offset)
+            key = record.key
+        value = rejected_record(rejection.reason, rejection.raw, origin, self._max_bytes)
+        return Outgoing(self._settings.topics.rejected, key, value)
 
 
-def _standing(decision: Decision | None, lost: dict[str, Link]) -> Decision | None:
-    """The decision, or the verdict another agent recorded first for the same document."""
-    if decision is None or decision.link.doc_id not in lost:
+def _embedded_canonical(link: Link) -> bool:
+    return link.verdict is Verdict.UNIQUE and link.model is not None
+
+
+def _standing(decision: Decision | None, standing: dict[str, Link]) -> Decision | None:
+    """The decision with its recorded sequence number, or the verdict recorded first by another agent."""
+    if decision is None:
+        return None
+    stood = standing.get(decision.link.doc_id)
+    if stood is None:
         return decision
-    return Decision(lost[decision.link.doc_id], repeated=True)
+    if decision.repeated or stood != decision.link:
+        return Decision(stood, repeated=True)
+    return Decision(stood, group_size=decision.group_size)

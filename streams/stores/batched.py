@@ -7,19 +7,22 @@ batch against that snapshot, and `flush`es every write in one MULTI/EXEC
 transaction. Reads see the batch's own writes, as they would on Redis.
 
 The snapshot is exact only while nobody else writes exact keys or band sets, so
-the streaming agents flush under the registration lock, and the last stage holds
+the streaming agents flush under the registration lease, and the last stage holds
 it from `warm` to `flush` (docs/streaming.md). An agent before the last may warm
 without it: a stale snapshot only misses canonicals made meanwhile, and the
-documents it passes on are decided again by the last stage.
+documents it passes on are decided again by the last stage; a document that got
+a verdict meanwhile keeps that one, and none of this batch's writes for it apply.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from streams.core.model import Canonical, Link
 from streams.core.ports import Reads
+from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceWrite, VerdictWrite, Write
 
@@ -63,16 +66,23 @@ class BatchedState:
         canonicals = _unique([*found.values(), *(c.doc_id for cs in self._bands.values() for c in cs)])
         self._groups.update(backend.group_sizes(canonicals))
 
-    def flush(self) -> dict[str, Link]:
-        """Send every buffered write in one transaction; then forget the snapshot.
+    def flush(self, lease: Lease, exact: bool = False) -> dict[str, Link]:
+        """Send every buffered write in one transaction fenced by `lease`; then forget the snapshot.
 
-        Returns, for each document whose verdict someone else recorded first, the
-        verdict that stands (the caller publishes that one instead of its own).
+        Returns the verdict that stands for every document decided in this batch: the
+        one recorded now, with its sequence number, or the one someone else recorded
+        first (the caller publishes that one instead of its own). Raises `LeaseLost`
+        (and with `exact`, `StaleSnapshot`) when nothing was written: decide again.
         """
         writes, self._writes = self._writes, []
         try:
-            lost = self._backend.apply(writes)
-            return {doc_id: stood for doc_id, stood in self._backend.verdicts_of(lost).items() if stood}
+            applied = self._backend.apply(writes, lease, exact)
+            standing = self._backend.verdicts_of(applied.lost)
+            for doc_id, seq in applied.seqs.items():
+                link = self._verdicts.get(doc_id)
+                if link is not None:
+                    standing[doc_id] = replace(link, seq=seq)
+            return {doc_id: link for doc_id, link in standing.items() if link is not None}
         finally:
             self.reset()
 

@@ -1,19 +1,26 @@
-"""A lease on one Redis key: the registration lock of the streaming workers.
+"""A lease on one Redis key: the registration lock of the streaming workers, with fencing.
 
 Only the last stage of the cascade makes canonicals, and it does so for a whole
 batch under this lock, so two workers never register near-duplicates of each
 other at the same moment (docs/streaming.md, "Documents in flight"). The lease
 expires after `ttl_s`, so a worker killed while holding it blocks the others
-for at most that long.
+for at most that long; while its holder works, a thread renews it.
+
+A lease that expired anyway (the holder was stopped, paused or starved past
+`ttl_s`) must not write: a lock alone cannot stop a late holder, so every write
+carries the `Lease` it was decided under and the store checks it inside the
+same transaction (`RedisStateStore.apply`). That check is the fence.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 
@@ -25,35 +32,89 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
 
 
 class LockTimeout(RuntimeError):
     """The lock stayed held by another worker for longer than we were willing to wait."""
 
 
-class RedisLock:
-    """SET NX PX to take, compare-and-delete to release (never frees another holder's lease)."""
+class LeaseLost(RuntimeError):
+    """The lease expired (and may be someone else's now): the batch decided under it is refused."""
 
-    def __init__(self, client: redis.Redis, name: str, ttl_s: float) -> None:
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof of holding the lock: the key and the random token written into it."""
+
+    key: str
+    token: str
+
+
+class RedisLock:
+    """SET NX PX to take, compare-and-expire to renew, compare-and-delete to release."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl_s: float, renew: bool = True) -> None:
+        """`renew=False` leaves the lease to expire on its own (tests of the fence use it)."""
         self._redis = client
         self._name = name
         self._ttl_ms = max(1, int(ttl_s * 1000))
+        self._renew = renew
         self._release = client.register_script(_RELEASE)
+        self._extend = client.register_script(_RENEW)
 
-    @contextmanager
-    def held(self, wait_s: float = 60.0) -> Iterator[None]:
-        token = secrets.token_hex(8)
+    def acquire(self, wait_s: float = 60.0) -> Lease:
+        """Take the lock, waiting up to `wait_s` for its holder; the lease expires after `ttl_s`."""
+        lease = Lease(self._name, secrets.token_hex(8))
         deadline = time.monotonic() + wait_s
         pause = 0.001
-        while not self._redis.set(self._name, token, nx=True, px=self._ttl_ms):
+        while not self._redis.set(self._name, lease.token, nx=True, px=self._ttl_ms):
             if time.monotonic() > deadline:
                 raise LockTimeout(f"lock {self._name} still held by another worker after {wait_s:.0f} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+        return lease
+
+    def release(self, lease: Lease) -> bool:
+        """Free the lock if `lease` still holds it (never another holder's); False if it had expired."""
+        return bool(self._release(keys=[lease.key], args=[lease.token]))
+
+    @contextmanager
+    def held(self, wait_s: float = 60.0) -> Iterator[Lease]:
+        """The lease for the block, renewed by a thread while the block runs (unless `renew=False`)."""
+        lease = self.acquire(wait_s)
         started = time.monotonic()
+        done = threading.Event()
+        renewer = None
+        if self._renew:
+            renewer = threading.Thread(target=self._keep, args=(lease, done), name="lease-renewal", daemon=True)
+            renewer.start()
         try:
-            yield
+            yield lease
         finally:
+            done.set()
+            if renewer is not None:
+                renewer.join()
             held_ms = (time.monotonic() - started) * 1000
-            if not self._release(keys=[self._name], args=[token]):
-                log.warning("lock %s expired while held (%.0f ms > ttl %d ms)", self._name, held_ms, self._ttl_ms)
+            try:
+                released = self.release(lease)
+            except redis.RedisError as exc:  # the lease expires by itself; never mask the caller's error
+                log.warning("lock %s not released (%s); it expires in %d ms", self._name, exc, self._ttl_ms)
+            else:
+                if not released:
+                    log.warning("lock %s expired while held (%.0f ms > ttl %d ms)", self._name, held_ms, self._ttl_ms)
+
+    def _keep(self, lease: Lease, done: threading.Event) -> None:
+        """Renew the lease every third of its time to live until `done`, or until it is lost."""
+        while not done.wait(self._ttl_ms / 3000):
+            try:
+                if not self._extend(keys=[lease.key], args=[lease.token, self._ttl_ms]):
+                    log.warning("lock %s was lost before it could be renewed", lease.key)
+                    return
+            except redis.RedisError as exc:  # the fence refuses the batch if the lease is gone by then
+                log.warning("lock %s not renewed: %s", lease.key, exc)

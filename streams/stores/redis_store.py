@@ -7,13 +7,21 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 
 | hash | field | value |
 |---|---|---|
-| `v:{B(doc_id)}` | doc_id | the verdict: `verdict␟canonical␟stage␟score␟model` |
+| `v:{B(doc_id)}` | doc_id | the verdict: its `seq`, a space, then `[verdict, canonical, stage, score, model]` in JSON |
 | `x:{B(key)}` | rest of the key's hash (96 bits) | the canonical (or document under review) an exact key points to |
 | `c:{B(doc_id)}` | doc_id | a canonical's first-seen `seq` (marks it registered) |
-| `s:{seq >> 8}` | seq | `doc_id␟simhash hex` of that canonical |
+| `s:{seq >> 8}` | seq | the canonical's simhash (16 hex digits) followed by its doc_id |
 | `b:{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
 | `g:{B(doc_id)}` | doc_id | members of a canonical's group besides itself |
-| `seq` (string) | | the last `seq` given out |
+| `seq` (string) | | the last canonical `seq` given out |
+| `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
+
+Every value that holds a caller's string ends with it (JSON, or after fixed-width
+fields), so no id, however strange, can break the encoding.
+
+Writes come from the streaming agents in batches (`apply`): fenced by the
+registration lease, checked against the verdicts already recorded, and applied
+in one MULTI/EXEC transaction (see `apply`).
 
 Buckets stay small enough for the compact encoding up to about 100,000 canonicals
 (`benchmarks/redis_memory.py` measures bytes per canonical). Claims,
@@ -27,14 +35,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
+import orjson
 import redis
 from redis.client import Pipeline
 
 from streams.core.model import Canonical, Link, Stage, Verdict
+from streams.stores.redis_lock import Lease, LeaseLost
 from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceWrite, VerdictWrite, Write
 
-_SEP = "\x1f"
+_SIMHASH_HEX = 16
 
 _CLAIM = """
 local holders = {}
@@ -59,7 +70,7 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0
 """
-# KEYS: c bucket, seq counter, 4 band buckets; ARGV: doc_id, 'doc_id␟simhash', 4 band values, s-bucket prefix.
+# KEYS: c bucket, seq counter, 4 band buckets; ARGV: doc_id, simhash hex + doc_id, 4 band values, s-bucket prefix.
 # The seq bucket is only known after INCR, so its key is built here from ARGV[7] (single-slot prefix).
 _ADD_CANONICAL = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
@@ -77,6 +88,32 @@ for i = 3, 6 do
 end
 return seq
 """
+# KEYS: v bucket, vseq counter; ARGV: doc_id, the verdict's JSON, its seq (0: draw the next one).
+# A replayed verdict keeps the seq it had live, and the counter moves past it.
+_RECORD = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local seq = tonumber(ARGV[3])
+if seq <= 0 then
+  seq = redis.call('INCR', KEYS[2])
+elseif seq > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], seq)
+end
+redis.call('HSET', KEYS[1], ARGV[1], seq .. ' ' .. ARGV[2])
+return seq
+"""
+
+
+class StaleSnapshot(RuntimeError):
+    """A batch was decided on a snapshot that another writer changed: decide it again."""
+
+
+@dataclass
+class Applied:
+    """What `apply` did: the sequence number of each verdict recorded, and the documents skipped."""
+
+    seqs: dict[str, int] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+    """Documents that had a verdict already: none of their writes were applied."""
 
 
 class RedisStateStore:
@@ -90,6 +127,7 @@ class RedisStateStore:
         self._claim = client.register_script(_CLAIM)
         self._replace = client.register_script(_REPLACE)
         self._add_canonical = client.register_script(_ADD_CANONICAL)
+        self._record = client.register_script(_RECORD)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "dedup:", password: str | None = None) -> RedisStateStore:
@@ -126,11 +164,16 @@ class RedisStateStore:
         return list(self._fields(keys=[h for h, _ in places], args=[f for _, f in places]))
 
     def record_verdict(self, link: Link) -> Link:
-        if self._redis.hsetnx(self._bucket("v", link.doc_id), link.doc_id, _verdict_value(link)):
-            return link
+        seq = self._queue_verdict(self._redis, link)
+        if seq:
+            return replace(link, seq=int(seq))
         stood = self.verdict_of(link.doc_id)
         assert stood is not None
         return stood
+
+    def _queue_verdict(self, client: redis.Redis | Pipeline, link: Link) -> int | Pipeline:
+        keys = [self._bucket("v", link.doc_id), f"{self._prefix}vseq"]
+        return self._record(keys=keys, args=[link.doc_id, _verdict_value(link), link.seq or 0], client=client)
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         values = self._hget_many([self._exact(key) for key in keys])
@@ -173,7 +216,8 @@ class RedisStateStore:
         for (language, _), seqs in zip(queries, wanted, strict=True):
             candidates = []
             for seq in seqs:
-                doc_id, simhash = entries[seq].split(_SEP)
+                entry = entries[seq]
+                simhash, doc_id = entry[:_SIMHASH_HEX], entry[_SIMHASH_HEX:]
                 candidates.append(Canonical(doc_id, int(simhash, 16), language, seq))
             results.append(candidates)
         return results
@@ -185,7 +229,7 @@ class RedisStateStore:
         self, client: redis.Redis | Pipeline, canonical_id: str, simhash: int, language: str, bands: Sequence[int]
     ) -> None:
         keys = [self._bucket("c", canonical_id), f"{self._prefix}seq", *self._band_keys(language, bands)]
-        args = [canonical_id, f"{canonical_id}{_SEP}{simhash:x}", *map(str, bands), f"{self._prefix}s:"]
+        args = [canonical_id, f"{simhash:016x}{canonical_id}", *map(str, bands), f"{self._prefix}s:"]
         self._add_canonical(keys=keys, args=args, client=client)
 
     def grow_group(self, canonical_id: str) -> int:
@@ -201,46 +245,83 @@ class RedisStateStore:
             for canonical_id, value in zip(canonical_ids, values, strict=True)
         }
 
-    def apply(self, writes: Sequence[Write]) -> list[str]:
-        """Carry out buffered writes in one MULTI/EXEC transaction, in order.
+    def apply(self, writes: Sequence[Write], fence: Lease, exact: bool = False) -> Applied:
+        """Carry out a batch's buffered writes in one MULTI/EXEC transaction, fenced by `fence`.
 
-        Returns the ids of documents whose verdict was not recorded because one was
-        there already (first writer wins, as in `record_verdict`).
+        `writes` is a sequence of per-document groups, each ending with the document's
+        `VerdictWrite` (the cascade records a verdict last). Under WATCH of the lease key:
+        the lease must still be ours, or `LeaseLost`; a document that has a verdict by
+        now (an agent that read without the lease, a redelivery) has its whole group
+        dropped, so a lost race never makes a canonical, claims a key or grows a group;
+        with `exact` (a batch decided entirely under the lease) that is `StaleSnapshot`
+        instead, since later documents of the batch may have been decided against it.
+        EXEC fails if the lease key changed or expired meanwhile: `LeaseLost` again.
         """
-        if not writes:
-            return []
-        pipe = self._redis.pipeline(transaction=True)
-        verdicts: list[str | None] = []
-        for write in writes:
-            match write:
-                case ClaimWrite(keys, canonical_id):
-                    places = [self._exact(key) for key in keys]
-                    self._claim(keys=[b for b, _ in places], args=[canonical_id, *(f for _, f in places)], client=pipe)
-                case ReplaceWrite(key, expected, canonical_id):
-                    bucket, field = self._exact(key)
-                    self._replace(keys=[bucket], args=[field, expected, canonical_id], client=pipe)
-                case CanonicalWrite(canonical_id, simhash, language, bands):
-                    self._queue_canonical(pipe, canonical_id, simhash, language, bands)
-                case GrowWrite(canonical_id, count):
-                    pipe.hincrby(self._bucket("g", canonical_id), canonical_id, count)
-                case VerdictWrite(link):
-                    pipe.hsetnx(self._bucket("v", link.doc_id), link.doc_id, _verdict_value(link))
-            verdicts.append(write.link.doc_id if isinstance(write, VerdictWrite) else None)
-        return [doc_id for doc_id, done in zip(verdicts, pipe.execute(), strict=True) if doc_id and not done]
+        groups = _by_document(writes)
+        applied = Applied()
+        if not groups:
+            return applied
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.watch(fence.key)
+            if pipe.get(fence.key) != fence.token:
+                raise LeaseLost(f"lease {fence.key} expired before the batch was written")
+            decided = self.verdicts_of([doc_id for doc_id, _ in groups if doc_id is not None])
+            applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
+            if applied.lost and exact:
+                raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
+            pipe.multi()
+            recorded: list[str | None] = []
+            for doc_id, group in groups:
+                if doc_id in decided and decided[doc_id] is not None:
+                    continue
+                for write in group:
+                    self._queue_write(pipe, write)
+                    recorded.append(write.link.doc_id if isinstance(write, VerdictWrite) else None)
+            try:
+                results = pipe.execute()
+            except redis.WatchError:
+                raise LeaseLost(f"lease {fence.key} expired while the batch was being written") from None
+        applied.seqs = {doc_id: int(seq) for doc_id, seq in zip(recorded, results, strict=True) if doc_id and seq}
+        return applied
+
+    def _queue_write(self, pipe: Pipeline, write: Write) -> None:
+        match write:
+            case ClaimWrite(keys, canonical_id):
+                places = [self._exact(key) for key in keys]
+                self._claim(keys=[b for b, _ in places], args=[canonical_id, *(f for _, f in places)], client=pipe)
+            case ReplaceWrite(key, expected, canonical_id):
+                bucket, field_ = self._exact(key)
+                self._replace(keys=[bucket], args=[field_, expected, canonical_id], client=pipe)
+            case CanonicalWrite(canonical_id, simhash, language, bands):
+                self._queue_canonical(pipe, canonical_id, simhash, language, bands)
+            case GrowWrite(canonical_id, count):
+                pipe.hincrby(self._bucket("g", canonical_id), canonical_id, count)
+            case VerdictWrite(link):
+                self._queue_verdict(pipe, link)
+
+
+def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]]:
+    """Writes split into per-document groups, each closed by its VerdictWrite.
+
+    Writes after the last verdict belong to no document (None) and are applied as they are.
+    """
+    groups: list[tuple[str | None, list[Write]]] = []
+    current: list[Write] = []
+    for write in writes:
+        current.append(write)
+        if isinstance(write, VerdictWrite):
+            groups.append((write.link.doc_id, current))
+            current = []
+    if current:
+        groups.append((None, current))
+    return groups
 
 
 def _verdict_value(link: Link) -> str:
-    score = "" if link.score is None else repr(link.score)
-    return _SEP.join((link.verdict.value, link.canonical_id, link.stage or "", score, link.model or ""))
+    return orjson.dumps([link.verdict.value, link.canonical_id, link.stage, link.score, link.model]).decode()
 
 
 def _read_verdict(doc_id: str, value: str) -> Link:
-    verdict, canonical_id, stage, score, model = value.split(_SEP)
-    return Link(
-        doc_id,
-        Verdict(verdict),
-        canonical_id,
-        Stage(stage) if stage else None,
-        float(score) if score else None,
-        model or None,
-    )
+    seq, _, encoded = value.partition(" ")
+    verdict, canonical_id, stage, score, model = orjson.loads(encoded)
+    return Link(doc_id, Verdict(verdict), canonical_id, Stage(stage) if stage else None, score, model, seq=int(seq))

@@ -1,0 +1,66 @@
+"""A `VectorStore` whose additions wait until the batch's verdicts are recorded.
+
+A vector in the store is a canonical that other workers link to. Written during
+the decision (before the verdicts are in Redis), a failed transaction or a kill
+would leave a vector of a document that is not a canonical, or that the retry
+decides differently, and links to it would be chains. So the streaming agent
+decides against this wrapper: additions are held (and searched, so documents
+later in the same batch see them) and reach the store only after the batch's
+Redis transaction has succeeded (`flush`), or are dropped with it (`reset`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from streams.core.model import ModelId, Neighbour
+from streams.core.ports import VectorStore
+from streams.vectors.common import best_neighbour
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    model: ModelId
+    doc_id: str
+    vector: np.ndarray
+    published_at: int
+    language: str
+
+
+class BatchedVectors:
+    """Searches the store and this batch's held additions; writes the additions on `flush`."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self._store = store
+        self._pending: list[_Pending] = []
+
+    def reset(self) -> None:
+        """Drop the held additions: their batch was not recorded."""
+        self._pending = []
+
+    def flush(self, recorded: set[str]) -> None:
+        """Write the held additions of the documents whose verdicts were recorded, then forget all."""
+        pending, self._pending = self._pending, []
+        for item in pending:
+            if item.doc_id in recorded:
+                self._store.add(item.model, item.doc_id, item.vector, item.published_at, item.language)
+
+    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
+        self._pending.append(_Pending(model, doc_id, np.asarray(vector, dtype=np.float32), published_at, language))
+
+    def nearest(
+        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The store's best and the best held addition, under the store's tie-break."""
+        stored = self._store.nearest(model, vector, published_at, window_s, language, same_language)
+        query = np.asarray(vector, dtype=np.float32)
+        held = [
+            Neighbour(item.doc_id, float(np.dot(query, item.vector)), item.published_at, item.language)
+            for item in self._pending
+            if item.model == model
+            and abs(item.published_at - published_at) <= window_s
+            and (item.language == language) == same_language
+        ]
+        return best_neighbour([*held, *([stored] if stored is not None else [])])
