@@ -16,10 +16,15 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskID,
+    TaskProgressColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
     TransferSpeedColumn,
 )
+from rich.text import Text
 
 from streams import __version__
 from streams.config import Settings
@@ -44,12 +49,20 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'settings'}: "
+                + ("unknown setting (a typo?)" if e["type"] == "extra_forbidden" else e["msg"])
+                for e in exc.errors()
+            )
             err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False, soft_wrap=True)
         except (OSError, ValueError, RuntimeError) as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         except KeyboardInterrupt:
-            err.print("interrupted: outputs and state are saved up to the last document decided", soft_wrap=True)
+            err.print(
+                "interrupted: outputs and state are saved up to the last document decided;"
+                " run the same command again to resume",
+                soft_wrap=True,
+            )
             raise typer.Exit(130) from None
         raise typer.Exit(2)
 
@@ -65,7 +78,31 @@ def _progress(quiet: bool, records: bool = False) -> Progress:
         *columns,
         TimeElapsedColumn(),
         console=err,
-        disable=quiet,
+        disable=quiet or not err.is_terminal,
+        transient=True,
+    )
+
+
+class _DocumentsColumn(ProgressColumn):
+    """Documents decided and their rate: what moves while the model embeds, when bytes read would not."""
+
+    def render(self, task: Task) -> Text:
+        documents = int(task.fields.get("documents", 0))
+        rate = f", {documents / task.elapsed:,.0f}/s" if task.elapsed else ""
+        return Text(f"{documents:,} documents{rate}", style="progress.download")
+
+
+def _decisions_progress(quiet: bool) -> Progress:
+    """Documents decided, and the share of the input behind them: its bar and time estimate."""
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TaskProgressColumn(),
+        _DocumentsColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet or not err.is_terminal,
         transient=True,
     )
 
@@ -77,7 +114,7 @@ def _parse_stages(value: str | None) -> list[Stage] | None:
     known = {s.value for s in Stage}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise typer.BadParameter(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+        raise ValueError(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     return [Stage(n) for n in names]
 
 
@@ -102,8 +139,15 @@ def run_command(
         Path | None, typer.Option(help="TOML configuration file \\[env: DEDUP_CONFIG].", exists=True, dir_okay=False)
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary table.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Start over outputs in --out that belong to another state folder.")
+    ] = False,
 ) -> None:
-    """Deduplicate JSONL articles with embedded state and the bundled model; no server needed."""
+    """Deduplicate JSONL articles with embedded state and the bundled model; no server needed.
+
+    Running the same command again continues: after Ctrl-C or a crash the outputs are completed,
+    and a later run into the same --out (with the same state) adds to them.
+    """
     from streams.runner.embedded import RunPaths, run
     from streams.runner.jsonl import input_size
 
@@ -117,9 +161,15 @@ def run_command(
     settings = Settings(**overrides)  # type: ignore[arg-type]
     paths = RunPaths(out=out, state=state or settings.state_dir or out / "state")
 
-    with _progress(quiet) as progress:
-        task = progress.add_task("deduplicating", total=input_size(inputs))
-        stats = run(settings, inputs, paths, on_bytes=lambda n: progress.advance(task, n))
+    with _decisions_progress(quiet) as progress:
+        task = progress.add_task("deduplicating", total=input_size(inputs), documents=0)
+
+        def advance(documents: int, done: int) -> None:
+            progress.update(task, completed=done, documents=documents)
+
+        stats = run(settings, inputs, paths, on_progress=advance, force=force)
+    for note in stats.notes:
+        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     if not quiet:
         err.print(stats.table())
         err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}", highlight=False)

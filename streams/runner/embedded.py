@@ -4,16 +4,29 @@ Documents are decided strictly in input order, one at a time, so the verdicts
 are those of a one-by-one stream. Only the embedder is batched: when a
 document needs its vector, the runner embeds it together with the next
 documents that (as far as the state tells now) will need theirs too.
+
+Running the same command again continues, so the outputs always hold what the
+state holds: the state is committed only after the output lines of everything
+it remembers are fsynced, and Ctrl-C waits for the document being decided and
+written. A kill between commits leaves outputs ahead of the state: the next run
+decides those documents again, the same way, and `JsonlOutput` does not write
+a line the file already has (it also cuts a line torn by the kill). Emitting
+from the state on resume instead would need every output line (the article,
+its vector) kept in the state; ordering the writes needs nothing kept twice.
 """
 
 from __future__ import annotations
 
 import fcntl
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import numpy as np
 import orjson
@@ -24,7 +37,7 @@ from streams.core.model import Document, Stage
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import deduped_record, link_record
-from streams.runner.jsonl import InputLine, JsonlWriter, read_lines
+from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
 from streams.stores.sqlite import SqliteStateStore
 
@@ -55,17 +68,90 @@ class RunPaths:
     def summary(self) -> Path:
         return self.out / "summary.json"
 
+    @property
+    def owner(self) -> Path:
+        """Which state folder the outputs belong to: they continue only with that state."""
+        return self.out / "run.json"
+
 
 @contextmanager
-def locked(state_dir: Path) -> Iterator[None]:
-    """One run per state folder: the vector shard and SQLite file are single-writer."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / "LOCK", "w") as handle:
+def locked(folder: Path, what: str = "state folder") -> Iterator[None]:
+    """One run per folder: the vector shard and SQLite file are single-writer, and so are the outputs."""
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{what} {folder} is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "LOCK", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"state folder {state_dir} is in use by another dedup run") from None
+            raise RuntimeError(f"{what} {folder} is in use by another dedup run") from None
         yield
+
+
+def link_identity(record: dict[str, Any]) -> object:
+    """What a link says, without when it was written or measurements that a re-decision may round apart."""
+    fields = ("doc_id", "verdict", "canonical_id", "stage", "url_hash", "content_hash")
+    return [record.get(name) for name in fields]
+
+
+def deduped_identity(record: dict[str, Any]) -> object:
+    return [record.get("id"), record.get("features", {}).get("content_hash")]
+
+
+def _claim_outputs(paths: RunPaths, force: bool) -> None:
+    """Outputs continue only with the state they came from; `force` starts them over for this one."""
+    state = str(paths.state.resolve())
+    written = any(p.exists() and p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected))
+    if written and not force:
+        owner = orjson.loads(paths.owner.read_bytes()).get("state") if paths.owner.is_file() else None
+        if owner is None:
+            raise ValueError(
+                f"output folder {paths.out} holds outputs without a run.json naming their state folder"
+                " (an older dedup wrote them): use another --out, or --force to start them over"
+            )
+        if owner != state:
+            raise ValueError(
+                f"output folder {paths.out} holds the outputs of state folder {owner}: give --state {owner}"
+                " to continue them, another --out, or --force to start them over"
+            )
+    paths.owner.write_bytes(orjson.dumps({"state": state}))
+
+
+class _Interrupts:
+    """Ctrl-C waits while a document is decided and written, and while the state commits.
+
+    Elsewhere (reading, parsing, embedding) it stops the run at once: every verdict
+    recorded so far is then in the outputs, and committing the state is safe.
+    """
+
+    def __init__(self) -> None:
+        self._holding = False
+        self._pending = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self._holding:
+            raise KeyboardInterrupt
+        self._pending = True
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        previous = signal.signal(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def __enter__(self) -> None:
+        self._holding = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._holding = False
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
 
 
 def run(
@@ -74,11 +160,20 @@ def run(
     paths: RunPaths,
     *,
     embedder: Embedder | None = None,
-    on_bytes: Callable[[int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ) -> RunStats:
-    """Decide every document of `sources`; write links, deduped and rejected records under `paths.out`."""
-    paths.out.mkdir(parents=True, exist_ok=True)
-    with locked(paths.state):
+    """Decide every document of `sources`; add links, deduped and rejected records under `paths.out`.
+
+    `on_progress` hears, after each line is decided or rejected, how many lines and how many
+    input bytes are done. `force` starts over outputs that belong to another state folder.
+    """
+    interrupts = _Interrupts()
+    with ExitStack() as held, interrupts.installed():
+        held.enter_context(locked(paths.out, "output folder"))
+        if paths.state.resolve() != paths.out.resolve():
+            held.enter_context(locked(paths.state))
+        _claim_outputs(paths, force)
         state = SqliteStateStore(paths.state / "state.sqlite3")
         vectors = None
         if Stage.SEMANTIC in settings.stages:
@@ -88,15 +183,30 @@ def run(
             embedder = embedder or make_embedder(settings.semantic)
             vectors = EdgeVectorStore(paths.state / "vectors")
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
-        outputs = [JsonlWriter(p) for p in (paths.links, paths.deduped, paths.rejected)]
+        outputs = (
+            JsonlOutput(paths.links, link_identity, fresh=force),
+            JsonlOutput(paths.deduped, deduped_identity, fresh=force),
+            JsonlOutput(paths.rejected, lambda record: record, fresh=force),
+        )
+        consistent = False
         try:
-            stats = _Run(settings, cascade, state, embedder, *outputs).run(read_lines(sources, on_bytes))
+            work = _Run(settings, cascade, state, embedder, outputs, interrupts, on_progress)
+            stats = work.run(read_lines(sources, settings.max_record_bytes))
+            consistent = True
+        except KeyboardInterrupt:
+            consistent = True  # held to document boundaries: every recorded verdict is written
+            raise
         finally:
-            for writer in outputs:
-                writer.close()
-            state.close()
-            if vectors is not None:
-                vectors.close()
+            with interrupts:
+                for output in outputs:
+                    output.close()
+                if consistent:
+                    state.close()
+                # Otherwise the state is left uncommitted: it stays at its last commit, which
+                # the outputs hold, and the next run decides the rest again.
+                if vectors is not None:
+                    vectors.close()
+    stats.notes += [f"cut a torn last line ({o.torn:,} bytes) of {o.path}" for o in outputs if o.torn]
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats
 
@@ -108,15 +218,19 @@ class _Run:
         cascade: Cascade,
         state: SqliteStateStore,
         embedder: Embedder | None,
-        links: JsonlWriter,
-        deduped: JsonlWriter,
-        rejected: JsonlWriter,
+        outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
+        interrupts: _Interrupts,
+        on_progress: Callable[[int, int], None] | None,
     ) -> None:
         self._settings = settings
         self._cascade = cascade
         self._state = state
         self._embedder = embedder
-        self._links, self._deduped, self._rejected = links, deduped, rejected
+        self._outputs = outputs
+        self._links, self._deduped, self._rejected = outputs
+        self._interrupts = interrupts
+        self._on_progress = on_progress
+        self._done_lines = self._done_bytes = 0
         self._featurizer = Featurizer(settings)
         self._vectors: dict[str, np.ndarray] = {}
         self.stats = RunStats()
@@ -142,33 +256,52 @@ class _Run:
 
     def _chunk(self, lines: list[InputLine]) -> None:
         ingest_time = int(time.time())
+        limit = self._settings.max_record_bytes
         docs: list[Document] = []
+        their_lines: list[InputLine] = []
         started = time.perf_counter()
         for line in lines:
             self.stats.read += 1
-            parsed = self._featurizer.parse(line.raw, ingest_time=ingest_time)
+            parsed = (
+                Rejection(f"record is {line.size:,} bytes, above the limit of {limit:,}", line.raw)
+                if line.size > limit
+                else self._featurizer.parse(line.raw, ingest_time=ingest_time)
+            )
             if isinstance(parsed, Rejection):
                 self._reject(line, parsed)
             else:
                 docs.append(parsed)
+                their_lines.append(line)
         self.stats.seconds["features"] += time.perf_counter() - started
-        for index, doc in enumerate(docs):
+        for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
             vector = self._vector_for(docs, index) if self._cascade.semantic else None
-            decision = self._cascade.decide(doc, vector)
-            link = decision.link
-            self.stats.count(link, decision.repeated)
-            self._links.write(link_record(link, doc, vector))
-            if decision.group_size is not None:
-                self.stats.see_group(link.canonical_id, decision.group_size)
-            if link.publishes and not decision.repeated:
-                self._deduped.write(deduped_record(link, doc))
+            with self._interrupts:
+                self._decide(doc, vector)
+            self._done(line)
+
+    def _decide(self, doc: Document, vector: np.ndarray | None) -> None:
+        decision = self._cascade.decide(doc, vector)
+        link = decision.link
+        self.stats.count(link, decision.repeated)
+        if not self._links.write(link_record(link, doc, vector)):
+            self.stats.already_written += 1
+        if decision.group_size is not None:
+            self.stats.see_group(link.canonical_id, decision.group_size)
+        if link.publishes and not decision.repeated:
+            self._deduped.write(deduped_record(link, doc))
+
+    def _done(self, line: InputLine) -> None:
+        self._done_lines += 1
+        self._done_bytes += line.consumed
+        if self._on_progress is not None:
+            self._on_progress(self._done_lines, self._done_bytes)
 
     def _commit(self) -> None:
-        # Outputs reach the disk before the state that remembers them: a crash
-        # repeats work at worst, and a repeated document gets its recorded verdict.
-        for writer in (self._links, self._deduped, self._rejected):
-            writer.flush()
-        self._state.commit()
+        """Outputs reach the disk before the state that remembers them (see the module docstring)."""
+        with self._interrupts:
+            for output in self._outputs:
+                output.sync()
+            self._state.commit()
 
     def _vector_for(self, docs: list[Document], index: int) -> np.ndarray | None:
         """This document's vector if the cascade will need it, embedding a batch ahead.
@@ -211,3 +344,4 @@ class _Run:
                 "raw": rejection.raw.decode("utf-8", errors="backslashreplace"),
             }
         )
+        self._done(line)

@@ -1,8 +1,10 @@
-"""Reading JSONL inputs (files, `.gz`, stdin) line by line, and writing JSONL outputs."""
+"""Reading JSONL inputs (files, `.gz`, stdin) line by line, and the JSONL outputs of a run."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,18 +13,33 @@ from typing import IO, Any
 
 import orjson
 
+BOM = b"\xef\xbb\xbf"
+READ_ON = 1024 * 1024
+"""Bytes read at a time past the limit of an oversized line, which is skipped, never held whole."""
+KEPT_OF_OVERSIZED = 1024
+"""Bytes of an oversized line kept for its rejection: enough to recognise it."""
+
 
 @dataclass(frozen=True, slots=True)
 class InputLine:
     source: str
     line_no: int
     raw: bytes
+    size: int
+    """Bytes of the whole line; above `len(raw)` when the line was over the reader's limit."""
+    consumed: int
+    """Input bytes (compressed, for `.gz`) up to the end of this line since the line before, for progress."""
 
 
 def check_sources(sources: list[str]) -> None:
-    """Fail before any work when an input file is missing."""
+    """Fail before any work when an input file is missing or is not a file."""
     for source in sources:
-        if source != "-" and not Path(source).is_file():
+        if source == "-":
+            continue
+        path = Path(source)
+        if path.is_dir():
+            raise IsADirectoryError(f"input {source} is a directory, not a file")
+        if not path.is_file():
             raise FileNotFoundError(f"input file not found: {source}")
 
 
@@ -34,46 +51,115 @@ def input_size(sources: list[str]) -> int | None:
     return sum(Path(s).stat().st_size for s in sources)
 
 
-def read_lines(sources: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[InputLine]:
+def read_lines(sources: list[str], limit: int | None = None) -> Iterator[InputLine]:
     """Every non-blank line of every source, with its 1-based line number.
 
-    `on_bytes` is told how many (compressed) bytes each line advanced, for progress.
+    A UTF-8 byte-order mark opening a source is dropped (Windows tools write one).
+    A line longer than `limit` is read on in chunks and comes with only its first
+    bytes, so one huge line without a newline never sits in memory whole.
     """
     check_sources(sources)
     for source in sources:
-        for line_no, raw, consumed in _lines_of(source):
-            if on_bytes is not None:
-                on_bytes(consumed)
-            stripped = raw.rstrip(b"\r\n")
-            if stripped.strip():
-                yield InputLine(source, line_no, stripped)
+        blank = 0
+        for line_no, raw, size, consumed in _lines_of(source, limit):
+            if line_no == 1 and raw.startswith(BOM):
+                raw, size = raw[len(BOM) :], size - len(BOM)
+            if raw.strip():
+                yield InputLine(source, line_no, raw, size, blank + consumed)
+                blank = 0
+            else:
+                blank += consumed
 
 
-def _lines_of(source: str) -> Iterator[tuple[int, bytes, int]]:
+_Line = tuple[int, bytes, int, int]
+"""Line number, the line without its end, its full size, input bytes consumed."""
+
+
+def _lines_of(source: str, limit: int | None) -> Iterator[_Line]:
     if source == "-":
-        for line_no, raw in enumerate(sys.stdin.buffer, start=1):
-            yield line_no, raw, len(raw)
+        yield from _split(sys.stdin.buffer, limit, None)
         return
     with open(source, "rb") as handle:
         stream: IO[bytes] = gzip.GzipFile(fileobj=handle) if source.endswith(".gz") else handle
-        position = 0
-        for line_no, raw in enumerate(stream, start=1):
-            now = handle.tell()
-            yield line_no, raw, now - position
-            position = now
+        yield from _split(stream, limit, handle)
 
 
-class JsonlWriter:
-    """Appends one JSON object per line; numpy arrays are written as lists."""
+def _split(stream: IO[bytes], limit: int | None, position_of: IO[bytes] | None) -> Iterator[_Line]:
+    """Each line of `stream`; bytes consumed by the position of `position_of` (the file under a `.gz`)."""
+    position = 0
+    line_no = 0
+    while True:
+        head = stream.readline(-1 if limit is None else limit + 1)
+        if not head:
+            return
+        line_no += 1
+        size, tail = len(head), head
+        if limit is not None and len(head) > limit and not head.endswith(b"\n"):
+            head = head[:KEPT_OF_OVERSIZED]
+            while tail and not tail.endswith(b"\n"):
+                tail = stream.readline(READ_ON)
+                size += len(tail)
+        ending = len(tail) - len(tail.rstrip(b"\r\n"))
+        now = position_of.tell() if position_of is not None else position + size
+        yield line_no, head.rstrip(b"\r\n"), size - ending, now - position
+        position = now
 
-    def __init__(self, path: Path) -> None:
-        self._handle = open(path, "wb")  # noqa: SIM115 - closed in close()
 
-    def write(self, record: dict[str, Any]) -> None:
+class JsonlOutput:
+    """An output file of a run: appended to, and never given the same record twice.
+
+    `identity` says which records are the same (a verdict re-decided on resume has
+    another `linked_at`). Opening reads the records already there, so a run that
+    resumes after Ctrl-C or a crash writes only what is missing; a last line torn
+    by a kill is cut, since its document was not committed to the state either.
+    """
+
+    def __init__(self, path: Path, identity: Callable[[dict[str, Any]], object], *, fresh: bool = False) -> None:
+        self.path = path
+        self._identity = identity
+        self._seen: set[bytes] = set()
+        self.torn = 0
+        """Bytes of a torn last line cut on opening."""
+        if path.exists() and not fresh:
+            self._load()
+        self._handle = open(path, "wb" if fresh else "ab")  # noqa: SIM115 - closed in close()
+
+    def _load(self) -> None:
+        whole = 0
+        with open(self.path, "rb+") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    self._seen.add(self._key(orjson.loads(line)))
+                except orjson.JSONDecodeError:
+                    raise ValueError(
+                        f"{self.path}:{line_no} is not a JSON line, so the run cannot continue this file:"
+                        " move it away, or use --force to start the outputs over"
+                    ) from None
+                whole += len(line)
+            end = handle.seek(0, os.SEEK_END)
+            if whole < end:
+                handle.truncate(whole)
+                self.torn = end - whole
+
+    def _key(self, record: dict[str, Any]) -> bytes:
+        return hashlib.blake2b(orjson.dumps(self._identity(record)), digest_size=16).digest()
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append the record unless the file has it already; True when written."""
+        key = self._key(record)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
         self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
+        return True
 
-    def flush(self) -> None:
+    def sync(self) -> None:
+        """Make every line written so far durable (before the state that remembers them is committed)."""
         self._handle.flush()
+        os.fsync(self._handle.fileno())
 
     def close(self) -> None:
+        self.sync()
         self._handle.close()

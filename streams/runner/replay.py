@@ -17,27 +17,42 @@ from streams.vectors.edge import EdgeVectorStore
 
 
 def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], None] | None = None) -> ReplayStats:
-    """Restore every link of `sources`, in order, into the state folder (created if absent)."""
+    """Restore every link of `sources`, in order, into the state folder (created if absent).
+
+    A source whose first line is no link is refused (ValueError): it is some other file,
+    given by mistake. Later unreadable lines are skipped and reported, never fatal.
+    """
     stats = ReplayStats()
     with locked(state_dir):
         state = SqliteStateStore(state_dir / "state.sqlite3")
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit = time.perf_counter()
         try:
-            for line in read_lines(sources, on_bytes):
-                stats.read += 1
-                try:
-                    recorded = read_link_record(orjson.loads(line.raw))
-                except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
-                    stats.bad.append(f"{line.source}:{line.line_no}: {type(exc).__name__}: {exc}")
-                    continue
-                if restore(recorded, state, vectors):
-                    stats.restored += 1
-                else:
-                    stats.already_there += 1
-                if time.perf_counter() - last_commit >= COMMIT_SECONDS:
-                    state.commit()
-                    last_commit = time.perf_counter()
+            for source in sources:
+                first = True
+                for line in read_lines([source]):
+                    if on_bytes is not None:
+                        on_bytes(line.consumed)
+                    stats.read += 1
+                    try:
+                        recorded = read_link_record(orjson.loads(line.raw))
+                    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+                        why = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+                        if first:
+                            raise ValueError(
+                                f"{source} is not a links file ({why} on line {line.line_no}):"
+                                " replay reads the links.jsonl that dedup run writes"
+                            ) from None
+                        stats.bad.append(f"{source}:{line.line_no}: {why}")
+                        continue
+                    first = False
+                    if restore(recorded, state, vectors):
+                        stats.restored += 1
+                    else:
+                        stats.already_there += 1
+                    if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                        state.commit()
+                        last_commit = time.perf_counter()
         finally:
             state.close()
             vectors.close()

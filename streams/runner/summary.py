@@ -28,6 +28,10 @@ class RunStats:
     elapsed: float = 0.0
     stages: tuple[Stage, ...] = tuple(Stage)
     """The stages the run had enabled; the summary leaves the others out."""
+    already_written: int = 0
+    """Documents whose verdict the outputs had already: a run resumed after Ctrl-C or a crash."""
+    notes: list[str] = field(default_factory=list)
+    """What the run repaired or skipped on the way, for the person who ran it."""
 
     def count(self, link: Link, repeated: bool) -> None:
         """Count a verdict; a redelivered document's repeated verdict is counted apart."""
@@ -50,6 +54,7 @@ class RunStats:
             "read": self.read,
             "rejected": self.rejected,
             "repeated": self.repeated,
+            "already_written": self.already_written,
             "verdicts": dict(self.verdicts),
             "linked_by_stage": dict(self.linked_by_stage),
             "score_quantiles": {
@@ -67,6 +72,7 @@ class RunStats:
             "seconds": {k: round(v, 3) for k, v in self.seconds.items() if k not in self._not_run()},
             "elapsed_seconds": round(self.elapsed, 3),
             "documents_per_second": round(self.read / self.elapsed, 1) if self.elapsed else None,
+            "notes": self.notes,
         }
 
     def _not_run(self) -> set[str]:
@@ -85,6 +91,8 @@ class RunStats:
         table.add_row("review", str(self.verdicts[Verdict.REVIEW.value]), "", "")
         if self.repeated:
             table.add_row("already decided (redelivered)", str(self.repeated), "", "")
+        if self.already_written:
+            table.add_row("already in the outputs (resumed)", str(self.already_written), "", "")
         table.add_row("features (parse, extract, hash)", "", "", f"{self.seconds['features']:.2f}")
         for stage in self.stages:
             dup = self.linked_by_stage[f"{stage.value}:{Verdict.DUPLICATE.value}"]
