@@ -333,8 +333,15 @@ def publish_command(
     with _progress(quiet) as progress:
         task = progress.add_task("publishing", total=input_size(inputs))
         stats = publish_files(settings, inputs, on_bytes=lambda n: progress.advance(task, n))
+    lines = stats.sent + len(stats.rejected)
     if not quiet:
-        err.print(f"published {stats.acknowledged} of {stats.sent} lines to {settings.topics.raw}", highlight=False)
+        err.print(
+            f"published {stats.acknowledged} of {lines} lines to {settings.topics.raw}"
+            + (f"; {len(stats.rejected)} rejected to {settings.topics.rejected}" if stats.rejected else ""),
+            highlight=False,
+        )
+    for problem in stats.rejected[:10]:
+        err.print(f"[yellow]rejected[/] {problem}", highlight=False, soft_wrap=True)
     if stats.failed:
         raise RuntimeError(f"{len(stats.failed)} records were not acknowledged; first: {stats.failed[0]}")
 

@@ -10,11 +10,16 @@ import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import Consumer
 
 from streams.config import Settings, TopicSettings
+from streams.evaluation.services import free_port
 from streams.kafka.publish import publish_files
 from streams.kafka.topics import create_topics
+
+BROKER_LIMIT = 1_000_000
+"""What a Kafka broker (and librdkafka's producer) accepts by default; the test line is above it."""
 
 
 def _settings(bootstrap: str, partitions: int = 3) -> Settings:
@@ -93,3 +98,67 @@ def test_topics_create_command(kafka_bootstrap: str) -> None:
     assert first.returncode == again.returncode == 0, first.stderr + again.stderr
     assert f"c{run}.links" in first.stderr and "compact" in first.stderr and "created" in first.stderr
     assert "exists" in again.stderr and "created" not in again.stderr
+
+
+def test_an_unreachable_broker_is_one_line_and_no_client_log(tmp_path: Path) -> None:
+    source = tmp_path / "a.jsonl"
+    source.write_text('{"url": "https://e.com/1", "body": "x"}\n')
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("DEDUP_")}, "DEDUP_KAFKA_BOOTSTRAP": address}
+    for args in (["topics", "create"], ["publish", str(source)]):
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "streams", *args], capture_output=True, text=True, env=env, timeout=120, check=False
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr  # one line: no librdkafka log, no traceback
+        assert f"cannot reach the Kafka broker at {address}" in result.stderr and "refused" in result.stderr
+        assert time.monotonic() - started < 25  # not after the 30 s metadata timeout
+
+
+def _feed_with_a_huge_line(folder: Path) -> tuple[Path, list[bytes], bytes]:
+    """30 articles and, as line 11, one of 1.36 MB (the size that was reproduced)."""
+    records = [{"id": f"doc-{i}", "url": f"https://example.com/{i}", "body": f"text {i}"} for i in range(30)]
+    huge = orjson.dumps({"id": "huge", "url": "https://example.com/huge", "body": "word " * 272_000})
+    assert len(huge) > BROKER_LIMIT
+    lines = [orjson.dumps(r) for r in records]
+    source = folder / "articles.jsonl"
+    source.write_bytes(b"\n".join([*lines[:10], huge, *lines[10:]]) + b"\n")
+    return source, lines, huge
+
+
+@pytest.mark.parametrize("max_record_bytes", [None, 4 * 1024 * 1024], ids=["above-max-record", "above-broker"])
+def test_publish_rejects_a_line_too_large_for_the_broker_and_sends_the_rest(
+    kafka_bootstrap: str, tmp_path: Path, max_record_bytes: int | None
+) -> None:
+    """Above `max_record_bytes` publish rejects the line unread; below it but above what the broker
+    takes, the producer refuses it: either way a rejection with the reason, and the rest sent."""
+    settings = _settings(kafka_bootstrap)
+    if max_record_bytes is not None:
+        settings = settings.model_copy(update={"max_record_bytes": max_record_bytes})
+    create_topics(settings)
+    source, lines, huge = _feed_with_a_huge_line(tmp_path)
+    stats = publish_files(settings, [str(source)])
+    assert (stats.sent, stats.acknowledged, stats.failed) == (30, 30, [])
+    (rejected,) = stats.rejected
+    assert rejected.startswith(f"{source}:11: record is {len(huge):,} bytes, above")
+    assert sorted(value for _, value in _consume(settings, settings.topics.raw, 30)) == sorted(lines)
+    ((_, value),) = _consume(settings, settings.topics.rejected, 1)
+    reason = orjson.loads(value)
+    assert reason["source"] == str(source) and reason["line"] == 11
+    assert f"record is {len(huge):,} bytes, above" in reason["reason"] and reason["raw"].startswith('{"id":"huge"')
+
+
+def test_publish_command_names_the_rejected_line(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = _settings(kafka_bootstrap)
+    create_topics(settings)
+    source, _, huge = _feed_with_a_huge_line(tmp_path)
+    env = {**os.environ, "DEDUP_KAFKA_BOOTSTRAP": kafka_bootstrap, "COLUMNS": "200"}
+    env.update({f"DEDUP_TOPICS__{name.upper()}": getattr(settings.topics, name) for name in ("raw", "rejected")})
+    result = subprocess.run(
+        [sys.executable, "-m", "streams", "publish", str(source)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "published 30 of 31 lines" in result.stderr and "1 rejected" in result.stderr
+    assert f"{source}:11: record is {len(huge):,} bytes" in result.stderr and "Traceback" not in result.stderr

@@ -2,7 +2,9 @@
 
 Lines are sent as they are, bad ones included: the workers reject those to
 `articles.rejected` with a reason, so nothing is dropped on the way in. A line
-that is a JSON object with an `id` is keyed by it, so redeliveries of one
+the broker cannot take (above `max_record_bytes`, or larger than the broker
+accepts) is rejected here the same way, and every other line is still sent. A
+line that is a JSON object with an `id` is keyed by it, so redeliveries of one
 document land in one partition, in order.
 """
 
@@ -12,16 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams.config import Settings
-from streams.runner.jsonl import read_lines
+from streams.kafka.topics import CommandClient
+from streams.records.stage import rejected_record
+from streams.runner.jsonl import InputLine, read_lines
 
 
 @dataclass
 class PublishStats:
     sent: int = 0
     acknowledged: int = 0
+    rejected: list[str] = field(default_factory=list)
+    """`source:line: reason` of each line sent to the rejected topic instead of the raw one."""
     failed: list[str] = field(default_factory=list)
 
 
@@ -39,26 +45,66 @@ def publish_files(
     settings: Settings, sources: list[str], on_bytes: Callable[[int], None] | None = None
 ) -> PublishStats:
     """Produce every non-blank line of `sources` to the raw topic; wait until the broker acknowledged all."""
-    producer = Producer({**settings.kafka_client_config(), "enable.idempotence": True, "acks": "all", "linger.ms": 20})
+    client = CommandClient(settings)
+    limit = settings.worker.max_message_bytes
+    producer = Producer(
+        client.config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20, "message.max.bytes": limit})
+    )
+    client.reach(producer)
     stats = PublishStats()
 
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            stats.acknowledged += 1
-        else:
-            stats.failed.append(f"offset unknown, key {message.key()!r}: {error.str()}")
+    def reject(line: InputLine, key: bytes | None, reason: str) -> None:
+        stats.rejected.append(f"{line.source}:{line.line_no}: {reason}")
+        value = rejected_record(reason, line.raw, {"source": line.source, "line": line.line_no}, max_bytes=limit)
+        _produce(producer, settings.topics.rejected, value, key, rejection_delivered)
 
-    topic = settings.topics.raw
-    for line in read_lines(sources, on_bytes):
-        while True:
-            try:
-                producer.produce(topic, value=line.raw, key=record_key(line.raw), on_delivery=delivered)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.5)
+    def rejection_delivered(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            stats.failed.append(f"a rejection to {settings.topics.rejected}: {error.str()}")
+
+    def delivery(line: InputLine, key: bytes | None) -> Callable[[KafkaError | None, Message], None]:
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                stats.acknowledged += 1
+            elif error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is below ours
+                reject(line, key, f"record is {line.size:,} bytes, more than the broker accepts")
+            else:
+                stats.failed.append(f"{line.source}:{line.line_no}: {error.str()}")
+
+        return delivered
+
+    for line in read_lines(sources, settings.max_record_bytes):
+        if on_bytes is not None:
+            on_bytes(line.consumed)
+        if line.size > settings.max_record_bytes:
+            reject(line, None, f"record is {line.size:,} bytes, above the limit of {settings.max_record_bytes:,}")
+            continue
+        key = record_key(line.raw)
+        try:
+            _produce(producer, settings.topics.raw, line.raw, key, delivery(line, key))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise RuntimeError(f"{line.source}:{line.line_no}: {exc.args[0].str()}") from None
+            reject(line, key, f"record is {line.size:,} bytes, above what the broker accepts ({limit:,})")
+            continue
         stats.sent += 1
         producer.poll(0)
     remaining = producer.flush(60)
     if remaining:
         stats.failed.append(f"{remaining} records still unacknowledged after 60 s")
     return stats
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    key: bytes | None,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+            return
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.5)

@@ -7,14 +7,55 @@ topics carry articles between stages and are deleted by retention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from streams.config import Settings
 
 TIMEOUT_S = 30.0
+_SILENT = logging.getLogger("streams.kafka.librdkafka")
+_SILENT.addHandler(logging.NullHandler())
+_SILENT.propagate = False
+
+
+@dataclass
+class CommandClient:
+    """librdkafka settings for a command: its log (a line per reconnect) silenced, its errors kept
+    to explain a failure in one line."""
+
+    settings: Settings
+    errors: list[KafkaError] = field(default_factory=list)
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        return {**self.settings.kafka_client_config(), "logger": _SILENT, "error_cb": self.errors.append, **extra}
+
+    def reach(self, client: AdminClient | Producer) -> ClusterMetadata:
+        """The cluster's metadata; RuntimeError as soon as every broker refused, or after TIMEOUT_S."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return client.list_topics(timeout=1.0)
+            except KafkaException as exc:
+                client.poll(0)  # serves error_cb
+                down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in self.errors)
+                if down or time.monotonic() > deadline:
+                    reason = self._first_reason() or exc.args[0].str()
+                    raise RuntimeError(
+                        f"cannot reach the Kafka broker at {self.settings.kafka_bootstrap}: {reason}"
+                    ) from None
+
+    def _first_reason(self) -> str | None:
+        for error in self.errors:
+            if error.code() != KafkaError._ALL_BROKERS_DOWN:
+                # "host:port/bootstrap: Connect to ... failed: Connection refused": the address is said once.
+                return re.sub(r"^\S+/\S+: ", "", error.str())
+        return None
 
 
 @dataclass(frozen=True)
@@ -38,9 +79,10 @@ def wanted(settings: Settings) -> dict[str, str]:
 
 def create_topics(settings: Settings, partitions: int | None = None) -> list[TopicState]:
     """Create the missing topics; report the existing ones and any difference from the configuration."""
-    admin = AdminClient(settings.kafka_client_config())
+    client = CommandClient(settings)
+    admin = AdminClient(client.config())
     count = partitions or settings.topics.partitions
-    existing = admin.list_topics(timeout=TIMEOUT_S).topics
+    existing = client.reach(admin).topics
     policies = wanted(settings)
     missing = [name for name in policies if name not in existing]
     if missing:
@@ -62,7 +104,7 @@ def create_topics(settings: Settings, partitions: int | None = None) -> list[Top
             except KafkaException as exc:
                 raise RuntimeError(f"could not create topic {name}: {exc.args[0].str()}") from None
     states = []
-    current = admin.list_topics(timeout=TIMEOUT_S).topics
+    current = client.reach(admin).topics
     configs = _cleanup_policies(admin, [name for name in policies if name not in missing])
     for name, policy in policies.items():
         have = len(current[name].partitions)
@@ -85,6 +127,10 @@ def _cleanup_policies(admin: AdminClient, names: list[str]) -> dict[str, str]:
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in names])
     policies = {}
     for resource, future in futures.items():
-        entries = future.result(TIMEOUT_S)
+        try:
+            entries = future.result(TIMEOUT_S)
+        except KafkaException as exc:
+            problem = exc.args[0].str()
+            raise RuntimeError(f"could not read the configuration of topic {resource.name}: {problem}") from None
         policies[resource.name] = entries["cleanup.policy"].value if "cleanup.policy" in entries else "unknown"
     return policies
