@@ -26,62 +26,101 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@contextmanager
-def local_redis(folder: Path) -> Iterator[str]:
-    """A redis-server on a free port, nothing persisted; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed; .ci/run installs it (apt-get install redis-server)")
-    port = free_port()
-    folder.mkdir(parents=True, exist_ok=True)
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    try:
+class LocalRedis:
+    """A redis-server on a free port that a test can stop and start again on the same port and data."""
+
+    def __init__(self, folder: Path, appendonly: bool = False) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed; .ci/run installs it (apt-get install redis-server)")
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._command = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        self._command += ["--appendonly", "yes" if appendonly else "no", "--dir", str(folder)]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(self._command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    if self._process.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """SIGTERM: Redis writes its append-only file out before it exits."""
+        if self._process is not None:
+            _stop(self._process)
+            self._process = None
+
+
+class LocalKafka:
+    """noida-db's Kafka-protocol broker on a free port, restartable on the same port and data.
+
+    noida-db keeps its data only on a graceful stop (SIGTERM), which `stop` sends.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        import noida_db  # the wheel ships the broker binary; start it directly, not through its wrapper
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._folder = folder
+        binary = Path(noida_db.__file__).parent / "noida-db"
+        self._command = [str(binary), "start", "--data-dir", str(folder / "data"), "--host", "127.0.0.1"]
+        self._command += ["--only", "kafka", "--kafka-port", str(self.port)]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self._folder / "broker.log"
+        with log.open("ab") as handle:
+            self._process = subprocess.Popen(self._command, stdout=handle, stderr=handle)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + 30
         while True:
             try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start on port {port}") from None
-                time.sleep(0.05)
-        client.close()
-        yield url
+                admin.list_topics(timeout=1)
+                return
+            except KafkaException:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the Kafka broker did not start; see {log}") from None
+
+    def stop(self) -> None:
+        if self._process is not None:
+            _stop(self._process)
+            self._process = None
+
+
+@contextmanager
+def local_redis(folder: Path, appendonly: bool = False) -> Iterator[str]:
+    """A redis-server on a free port (nothing persisted unless `appendonly`); yields its URL."""
+    server = LocalRedis(folder, appendonly)
+    server.start()
+    try:
+        yield server.url
     finally:
-        _stop(server)
+        server.stop()
 
 
 @contextmanager
 def local_kafka(folder: Path) -> Iterator[str]:
     """noida-db's Kafka-protocol broker on a free port; yields its bootstrap address."""
-    import noida_db  # the wheel ships the broker binary; start it directly, not through its wrapper
-
-    binary = Path(noida_db.__file__).parent / "noida-db"
-    port = free_port()
-    folder.mkdir(parents=True, exist_ok=True)
-    command = [str(binary), "start", "--data-dir", str(folder / "data"), "--host", "127.0.0.1"]
-    with (folder / "broker.log").open("wb") as log:
-        broker = subprocess.Popen([*command, "--only", "kafka", "--kafka-port", str(port)], stdout=log, stderr=log)
-        bootstrap = f"127.0.0.1:{port}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        deadline = time.monotonic() + 30
-        try:
-            while True:
-                try:
-                    admin.list_topics(timeout=1)
-                    break
-                except KafkaException:
-                    if broker.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"the Kafka broker did not start; see {folder / 'broker.log'}") from None
-            yield bootstrap
-        finally:
-            _stop(broker)
+    broker = LocalKafka(folder)
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
 
 
 def _stop(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:

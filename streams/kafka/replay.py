@@ -3,14 +3,17 @@
 The topic is read from the beginning up to the end offsets seen when the replay
 starts (records produced later are the live workers' business). Compaction keeps
 the latest record per document, and so does the replay. Links are restored in
-the order they were decided (`linked_at`, partitions merged), which gives back
-first-seen order to the SimHash band sets; restoring is idempotent.
+the order Redis recorded them (`seq`, given inside the transaction that recorded
+the verdict; not a wall clock, which differs between hosts and is the re-send
+time of a re-sent link), which gives back first-seen order to the SimHash band
+sets and with it every tie; restoring is idempotent. Links without `seq` (written
+before it existed) come first, by `linked_at`.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import orjson
@@ -63,7 +66,7 @@ def read_links(settings: Settings, stats: KafkaReplayStats, progress: Progress |
             "auto.offset.reset": "earliest",
         }
     )
-    latest: dict[str, tuple[str, int, int, Recorded]] = {}
+    latest: dict[str, tuple[tuple[int, int, str, int, int], Recorded]] = {}
     try:
         ends = end_offsets(consumer, settings.topics.links)
         remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
@@ -87,17 +90,20 @@ def read_links(settings: Settings, stats: KafkaReplayStats, progress: Progress |
             try:
                 record = orjson.loads(message.value() or b"")
                 recorded = read_link_record(record)
-                order = (str(record["linked_at"]), partition, offset)
+                seq = recorded.link.seq
+                order = (seq is not None, seq or 0, str(record["linked_at"]), partition, offset)
             except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
                 stats.bad.append(f"{settings.topics.links}[{partition}]@{offset}: {type(exc).__name__}: {exc}")
                 continue
             doc_id = recorded.link.doc_id
-            if doc_id not in latest or latest[doc_id][:3] < order:
-                latest[doc_id] = (*order, recorded)
+            kept = latest.get(doc_id)
+            if kept is None or kept[0] < order:
+                if kept is not None and recorded.vector is None and kept[1].link == recorded.link:
+                    recorded = replace(recorded, vector=kept[1].vector)  # a re-send of the same verdict
+                latest[doc_id] = (order, recorded)
     finally:
         consumer.close()
-    ordered = sorted(latest.values(), key=lambda entry: entry[:3])
-    return [entry[3] for entry in ordered]
+    return [recorded for _, recorded in sorted(latest.values(), key=lambda entry: entry[0])]
 
 
 def replay_links(

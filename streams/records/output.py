@@ -39,6 +39,8 @@ def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> 
         "model": link.model,
         **features_of(doc),
     }
+    if link.seq is not None:
+        record["seq"] = link.seq
     if vector is not None and link.canonical_id == link.doc_id:
         record["vector"] = vector
     return record
@@ -53,6 +55,14 @@ def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
     }
 
 
+def _sequence(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"seq must be a positive integer, got {value!r}")
+    return value
+
+
 def read_link_record(record: dict[str, Any]) -> Recorded:
     """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed."""
     link = Link(
@@ -62,6 +72,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         stage=Stage(record["stage"]) if record["stage"] else None,
         score=record["score"],
         model=record["model"],
+        seq=_sequence(record.get("seq")),
     )
     vector = record.get("vector")
     return Recorded(
