@@ -161,3 +161,15 @@ def test_an_out_that_is_a_file_is_one_clear_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"output folder {out} is a file, not a folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and out.read_text() == "not a folder\n"
+
+
+def test_force_never_starts_over_the_outputs_of_the_same_state(tmp_path: Path) -> None:
+    """Started over, they would lose the canonicals that the state remembers as published."""
+    out = tmp_path / "out"
+    first = _run("run", str(SAMPLE), "--out", str(out), *CHEAP, "-q")
+    assert first.returncode == 0, first.stderr
+    before = [(path, path.read_bytes()) for path in (out / "deduped.jsonl", out / "rejected.jsonl")]
+    again = _run("run", str(SAMPLE), "--out", str(out), *CHEAP, "-q", "--force")
+    assert again.returncode == 0, again.stderr
+    assert all(path.read_bytes() == content for path, content in before)
+    assert len(_read(out / "links.jsonl")) == 12

@@ -98,23 +98,29 @@ def deduped_identity(record: dict[str, Any]) -> object:
     return [record.get("id"), record.get("features", {}).get("content_hash")]
 
 
-def _claim_outputs(paths: RunPaths, force: bool) -> None:
-    """Outputs continue only with the state they came from; `force` starts them over for this one."""
+def _claim_outputs(paths: RunPaths, force: bool) -> bool:
+    """Whether to start the outputs over: only those of another state folder, and only with `force`.
+
+    Outputs continue only with the state they came from. Outputs of this very state are
+    always continued, `force` or not: started over, they would lose the canonicals that
+    the state remembers as published.
+    """
     state = str(paths.state.resolve())
     written = any(p.exists() and p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected))
-    if written and not force:
-        owner = orjson.loads(paths.owner.read_bytes()).get("state") if paths.owner.is_file() else None
+    owner = orjson.loads(paths.owner.read_bytes()).get("state") if paths.owner.is_file() else None
+    theirs = written and owner != state
+    if theirs and not force:
         if owner is None:
             raise ValueError(
                 f"output folder {paths.out} holds outputs without a run.json naming their state folder"
                 " (an older dedup wrote them): use another --out, or --force to start them over"
             )
-        if owner != state:
-            raise ValueError(
-                f"output folder {paths.out} holds the outputs of state folder {owner}: give --state {owner}"
-                " to continue them, another --out, or --force to start them over"
-            )
+        raise ValueError(
+            f"output folder {paths.out} holds the outputs of state folder {owner}: give --state {owner}"
+            " to continue them, another --out, or --force to start them over"
+        )
     paths.owner.write_bytes(orjson.dumps({"state": state}))
+    return theirs
 
 
 class _Interrupts:
@@ -173,7 +179,7 @@ def run(
         held.enter_context(locked(paths.out, "output folder"))
         if paths.state.resolve() != paths.out.resolve():
             held.enter_context(locked(paths.state))
-        _claim_outputs(paths, force)
+        fresh = _claim_outputs(paths, force)
         state = SqliteStateStore(paths.state / "state.sqlite3")
         vectors = None
         if Stage.SEMANTIC in settings.stages:
@@ -184,9 +190,9 @@ def run(
             vectors = EdgeVectorStore(paths.state / "vectors")
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         outputs = (
-            JsonlOutput(paths.links, link_identity, fresh=force),
-            JsonlOutput(paths.deduped, deduped_identity, fresh=force),
-            JsonlOutput(paths.rejected, lambda record: record, fresh=force),
+            JsonlOutput(paths.links, link_identity, fresh=fresh),
+            JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),
+            JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
         )
         consistent = False
         try:
