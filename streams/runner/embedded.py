@@ -239,7 +239,7 @@ class _Run:
         self._done_lines = self._done_bytes = 0
         self._featurizer = Featurizer(settings)
         self._vectors: dict[str, np.ndarray] = {}
-        self.stats = RunStats()
+        self.stats = RunStats(stages=tuple(settings.stages))
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
         started = last_commit = time.perf_counter()
