@@ -116,3 +116,30 @@ def test_replay_into_a_qdrant_server_and_another_redis_namespace(stack: Stack) -
         assert restored.canonical_id == link["canonical_id"]
         assert restored.stage == (Stage(link["stage"]) if link["stage"] else None)
     client.close()
+
+
+def test_every_embedded_canonical_keeps_its_vector_through_redeliveries(stack: Stack) -> None:
+    """Redelivered records (the whole stream again: what a killed worker or a re-sending crawler
+    causes) meet canonicals decided before at the exact agent. The last link of each document,
+    what compaction keeps, must still carry its vector."""
+    stream = labelled_stream(negative_pairs=2, stories=4)
+    ids = {item.doc_id for item in stream}
+    stack.partitions = 2
+    stack.create_topics()
+    stack.start_worker()
+    stack.produce(orjson.dumps(item.record) for item in stream)
+    stack.final_links(ids, timeout=300)
+    stack.produce(orjson.dumps(item.record) for item in stream)  # every verdict is known by now
+    stack.read(stack.settings().topics.links, until=2 * len(stream), timeout=300)
+    latest, _ = stack.final_links(ids, timeout=300)
+    embedded = {doc_id for doc_id, link in latest.items() if link["verdict"] == "unique" and link["model"]}
+    assert embedded
+    assert all(latest[doc_id].get("vector") for doc_id in embedded), "a canonical's last link lost its vector"
+
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    vectors = QdrantVectorStore(QdrantClient(location=":memory:"))
+    replay_links(settings, RedisStateStore(client, f"{stack.name}-copy:"), vectors)
+    model = make_embedder(settings.semantic).model_id
+    assert vectors.client.count(collection_name(vectors.prefix, model)).count == len(embedded)
+    client.close()
