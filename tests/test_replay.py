@@ -98,3 +98,10 @@ def test_unreadable_links_are_reported_not_fatal(tmp_path: Path) -> None:
     stats = replay_files([str(source)], tmp_path / "state")
     assert (stats.read, stats.restored, len(stats.bad)) == (3, 1, 2)
     assert "links.jsonl:2" in stats.bad[0] and "links.jsonl:3" in stats.bad[1]
+
+
+def test_a_file_that_is_no_links_file_is_refused(tmp_path: Path) -> None:
+    """The articles given by mistake: refused on their first line, not replayed into an empty state."""
+    articles = _write(tmp_path / "articles.jsonl", [{"id": "a", "url": "https://e.com/a", "body": "text"}])
+    with pytest.raises(ValueError, match=r"articles\.jsonl is not a links file \(missing field 'doc_id' on line 1\)"):
+        replay_files([articles], tmp_path / "state")
