@@ -1,0 +1,119 @@
+"""The last agent never runs the model while it holds the registration lease.
+
+Near-copies within the SimHash threshold but outside every 16-bit band are the case that used
+to be embedded one at a time under the lease: the agent expects stages 1 to 3 to link them,
+leaves them out of the batched embedding, and then finds they need a vector after all.
+Real Redis, the real bundled model, real NTREX text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from streams.config import Settings
+from streams.core.model import Document, ModelId, Stage, Verdict
+from streams.core.ports import Embedder
+from streams.embedders import make_embedder
+from streams.evaluation.corpus import NtrexDocument
+from streams.features.simhash import bands, hamming
+from streams.records.article import Featurizer
+from streams.records.stage import stage_record
+from streams.service import metrics
+from streams.service.resources import Resources
+from streams.service.stages import Agent, Incoming
+
+
+class LeaseWatcher:
+    """The real embedder, noting for each call whether the registration lease was held."""
+
+    def __init__(self, inner: Embedder, client: redis.Redis, lease_key: str) -> None:
+        self._inner = inner
+        self._client = client
+        self._key = lease_key
+        self.calls: list[tuple[int, bool]] = []
+
+    @property
+    def model_id(self) -> ModelId:
+        return self._inner.model_id
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append((len(texts), bool(self._client.exists(self._key))))
+        return self._inner.embed(texts)
+
+
+def _band_missing_near_copy(featurizer: Featurizer, ntrex: list[NtrexDocument]) -> tuple[Document, Document]:
+    """A real article and a one-word edit of it within the English threshold that shares no band."""
+    for number, story in enumerate(ntrex):
+        words = " ".join(story.english[1:]).split()
+        original = featurizer.featurize(
+            {
+                "id": f"n{number}",
+                "url": f"https://a.example.com/{number}",
+                "title": story.english[0],
+                "body": " ".join(words),
+            },
+            b"",
+            ingest_time=1_700_000_000,
+        )
+        assert isinstance(original, Document)
+        for position in range(len(words) - 1, 0, -1):
+            edited = [*words[:position], "meanwhile", *words[position:]]
+            copy = featurizer.featurize(
+                {
+                    "id": f"n{number}-edit",
+                    "url": f"https://b.example.org/{number}",
+                    "title": story.english[0],
+                    "body": " ".join(edited),
+                },
+                b"",
+                ingest_time=1_700_000_000,
+            )
+            assert isinstance(copy, Document)
+            near = 3 < hamming(original.simhash, copy.simhash) <= 6
+            if near and not set(enumerate(bands(original.simhash))) & set(enumerate(bands(copy.simhash))):
+                return original, copy
+    raise AssertionError("no band-missing near-copy in the data")
+
+
+def test_no_model_call_while_the_lease_is_held(redis_url: str, tmp_path: Path, ntrex: list[NtrexDocument]) -> None:
+    prefix = f"t{uuid.uuid4().hex}:"
+    settings = Settings(
+        redis_url=redis_url, redis_prefix=prefix, qdrant_url="embedded", state_dir=tmp_path, kafka_bootstrap="x:1"
+    )
+    featurizer = Featurizer(settings)
+    original, copy = _band_missing_near_copy(featurizer, ntrex)
+    others = []
+    for number, story in enumerate(ntrex[500:506]):
+        record = {
+            "id": f"o{number}",
+            "url": f"https://c.example.com/{number}",
+            "title": story.english[0],
+            "body": " ".join(story.english[1:]),
+        }
+        doc = featurizer.featurize(record, b"", ingest_time=1_700_000_000)
+        assert isinstance(doc, Document)
+        others.append(doc)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    watcher = LeaseWatcher(make_embedder(settings.semantic), client, f"{prefix}lock:register")
+    resources = Resources(settings, embedder=watcher)
+    agent = resources.stage_agent(Agent.SEMANTIC)
+    batch = [
+        Incoming(stage_record(doc, 1), doc.doc_id.encode(), 1, "stage", 0, offset)
+        for offset, doc in enumerate([original, *others, copy])
+    ]
+    retries = metrics.EMBED_RETRIES._value.get()
+    agent.handle(batch)
+
+    assert watcher.calls, "nothing was embedded"
+    assert not any(held for _, held in watcher.calls), f"model called under the lease: {watcher.calls}"
+    assert metrics.EMBED_RETRIES._value.get() == retries + 1  # the copy was found to need a vector
+    verdict = resources.state.verdict_of(copy.doc_id)
+    assert verdict is not None and verdict.verdict is not Verdict.UNIQUE
+    assert verdict.canonical_id == original.doc_id and verdict.stage is Stage.SEMANTIC
+    resources.close()
+    client.close()
