@@ -118,10 +118,6 @@ def test_summary_leaves_out_stages_that_did_not_run() -> None:
     assert "semantic" not in printed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="streams/runner/embedded.py does not yet pass the enabled stages to RunStats (owner of streams/runner/)",
-)
 def test_run_summary_of_the_sample_leaves_out_the_semantic_stage(
     near: tuple[RunPaths, RunStats, dict[str, dict[str, Any]]],
 ) -> None:
