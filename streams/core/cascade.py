@@ -17,13 +17,13 @@ with Redis and Qdrant, and the caller decides how to batch the embedder.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter
 
 import numpy as np
 
 from streams.config import ModelThresholds, Settings
-from streams.core.model import Canonical, Document, Link, ModelId, Neighbour, Stage, Verdict
+from streams.core.model import Canonical, Document, Link, ModelId, Neighbour, Stage, Verdict, version_id
 from streams.core.ports import Reads, StateStore, VectorStore
 from streams.features.simhash import bands, hamming
 
@@ -73,6 +73,8 @@ class Decision:
     repeated: bool = False
     group_size: int | None = None
     """Size of the canonical's group after a duplicate joined it."""
+    version: Document | None = None
+    """The document as decided, when it is a new version of an id seen before (its own id)."""
 
 
 class Cascade:
@@ -113,9 +115,20 @@ class Cascade:
             band_queries=[(doc.language, bands(doc.simhash)) for doc in docs] if simhash else [],
         )
 
+    def identify(self, doc: Document) -> Document:
+        """The document as the state knows it: itself, or, when its id was decided with other
+        content, a new version under an id of its own (read-only)."""
+        prior = self._state.verdict_of(doc.doc_id)
+        if prior is None or prior.content_hash is None or prior.content_hash == doc.content_hash:
+            return doc
+        return replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
+
     def needs_vector(self, doc: Document) -> bool:
         """Whether `decide` will want this document's vector, given the state right now (read-only)."""
-        return self.semantic and self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
+        if not self.semantic:
+            return False
+        doc = self.identify(doc)
+        return self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
 
     def would_link(self, doc: Document, earlier: Document) -> bool:
         """Whether stages 1 to 3 would link `doc` to `earlier` were `earlier` a canonical (pure)."""
@@ -137,22 +150,25 @@ class Cascade:
         documents it passes on are decided by `decide` at the last stage, which sees every
         canonical registered meanwhile (see docs/streaming.md, "Documents in flight").
         """
+        doc = self.identify(doc)
         prior = self._state.verdict_of(doc.doc_id)
         if prior is not None:
-            return Decision(prior, repeated=True)
+            return Decision(prior, repeated=True, version=_version(doc))
         link = self._cheap(doc, timed=True, through=through)
         if link is None or link.canonical_id == doc.doc_id:
             # Not found; or an exact key that names this very document: a redelivered copy of it
             # is being registered by the last stage right now, which will give its verdict.
             return None
         group_size = self._attach(doc, link)
-        return self._recorded(link, group_size)
+        return self._recorded(doc, link, group_size)
 
     def decide(self, doc: Document, vector: np.ndarray | None = None) -> Decision:
-        """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict."""
+        """The verdict for `doc`, recorded in the state; a redelivered document gets its first verdict,
+        and an id seen before with other content is decided as a new version (`Decision.version`)."""
+        doc = self.identify(doc)
         prior = self._state.verdict_of(doc.doc_id)
         if prior is not None:
-            return Decision(prior, repeated=True)
+            return Decision(prior, repeated=True, version=_version(doc))
         link = self._cheap(doc, timed=True)
         if link is None and self.semantic:
             if vector is None:
@@ -164,14 +180,16 @@ class Cascade:
             link, group_size = self._register(doc, vector)
         else:
             group_size = self._attach(doc, link)
-        return self._recorded(link, group_size)
+        return self._recorded(doc, link, group_size)
 
-    def _recorded(self, link: Link, group_size: int | None) -> Decision:
-        """Record the verdict; if another worker recorded one for this document first, that one stands."""
+    def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
+        """Record the verdict with the content it was given to; if another worker recorded one for
+        this document first, that one stands."""
+        link = replace(link, content_hash=doc.content_hash)
         stood = self._state.record_verdict(link)
         if stood != link:
-            return Decision(stood, repeated=True)
-        return Decision(link, group_size=group_size)
+            return Decision(stood, repeated=True, version=_version(doc))
+        return Decision(stood, group_size=group_size, version=_version(doc))
 
     def _cheap(self, doc: Document, timed: bool = False, through: Stage = Stage.SIMHASH) -> Link | None:
         """Stages 1 to 3 (or up to `through`): a link to an existing canonical, or None.
@@ -288,3 +306,7 @@ class Cascade:
             self._vectors.add(self._model, doc.doc_id, vector, doc.published_at, doc.language)
             model = str(self._model)
         return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model), None
+
+
+def _version(doc: Document) -> Document | None:
+    return doc if doc.version_of is not None else None

@@ -43,7 +43,9 @@ class Document:
     """A validated article with the features every stage needs.
 
     `text` is the normalised headline + body; `simhash` is an unsigned 64-bit int;
-    `published_at` is Unix seconds (UTC).
+    `published_at` is Unix seconds (UTC). A document is its id and its content: an id
+    seen before with other content is a new version, decided under its own id
+    (`version_id`), and `version_of` names the crawler's id it is a version of.
     """
 
     doc_id: str
@@ -56,6 +58,17 @@ class Document:
     simhash: int
     published_at: int
     article: dict[str, Any] = field(repr=False)
+    version_of: str | None = None
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """Id and content: two records with one id and other texts are two documents."""
+        return (self.doc_id, self.content_hash)
+
+
+def version_id(doc_id: str, content_hash: str) -> str:
+    """The id a later version of `doc_id` is decided under: its own verdict, keys and link."""
+    return f"{doc_id}#v{content_hash[:16]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,8 @@ class Link:
     score: float | None = None
     model: str | None = None
     seq: int | None = field(default=None, compare=False)
+    content_hash: str | None = field(default=None, compare=False)
+    """The content the verdict was given to: the same id with other content is a new version."""
 
     @property
     def publishes(self) -> bool:

@@ -41,6 +41,8 @@ def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> 
     }
     if link.seq is not None:
         record["seq"] = link.seq
+    if doc.version_of is not None:
+        record["version_of"] = doc.version_of
     if vector is not None and link.canonical_id == link.doc_id:
         record["vector"] = vector
     return record
@@ -51,7 +53,12 @@ def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
     return {
         **doc.article,
         "id": doc.doc_id,
-        "features": {"normalized_url": doc.normalized_url, **features_of(doc), "verdict": link.verdict.value},
+        "features": {
+            "normalized_url": doc.normalized_url,
+            **features_of(doc),
+            "verdict": link.verdict.value,
+            **({"version_of": doc.version_of} if doc.version_of is not None else {}),
+        },
     }
 
 
@@ -73,6 +80,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         score=record["score"],
         model=record["model"],
         seq=_sequence(record.get("seq")),
+        content_hash=record["content_hash"],
     )
     vector = record.get("vector")
     return Recorded(

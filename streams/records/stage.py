@@ -45,6 +45,7 @@ def read_stage_record(raw: bytes) -> tuple[Document, int]:
         raise TypeError("stage record has a malformed article or published_at")
     if "text" not in record:
         record["text"] = _rebuilt_text(record["article"])
+    record.setdefault("version_of", None)
     fields = {name: record[name] for name in _FIELDS}
     if not isinstance(fields["text"], str):
         raise TypeError("stage record has neither a text nor an article body")

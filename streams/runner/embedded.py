@@ -238,7 +238,7 @@ class _Run:
         self._on_progress = on_progress
         self._done_lines = self._done_bytes = 0
         self._featurizer = Featurizer(settings)
-        self._vectors: dict[str, np.ndarray] = {}
+        self._vectors: dict[tuple[str, str], np.ndarray] = {}
         self.stats = RunStats(stages=tuple(settings.stages))
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
@@ -287,6 +287,7 @@ class _Run:
 
     def _decide(self, doc: Document, vector: np.ndarray | None) -> None:
         decision = self._cascade.decide(doc, vector)
+        doc = decision.version or doc  # a new version of an id seen before goes out under its own id
         link = decision.link
         self.stats.count(link, decision.repeated)
         if not self._links.write(link_record(link, doc, vector)):
@@ -318,8 +319,8 @@ class _Run:
         wrong only costs a smaller batch later, never a different verdict.
         """
         doc = docs[index]
-        if doc.doc_id in self._vectors:
-            return self._vectors.pop(doc.doc_id)
+        if doc.identity in self._vectors:
+            return self._vectors.pop(doc.identity)
         if not self._cascade.needs_vector(doc):
             return None
         assert self._embedder is not None
@@ -328,7 +329,7 @@ class _Run:
             if len(batch) >= self._settings.semantic.batch_size:
                 break
             if (
-                later.doc_id not in self._vectors
+                later.identity not in self._vectors
                 and not any(self._cascade.would_link(later, earlier) for earlier in batch)
                 and self._cascade.needs_vector(later)
             ):
@@ -337,7 +338,7 @@ class _Run:
         vectors = self._embedder.embed([d.text for d in batch])
         self.stats.seconds["embed"] += time.perf_counter() - started
         for later, vector in zip(batch[1:], vectors[1:], strict=True):
-            self._vectors[later.doc_id] = vector
+            self._vectors[later.identity] = vector
         return vectors[0]
 
     def _reject(self, line: InputLine, rejection: Rejection) -> None:

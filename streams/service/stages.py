@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -158,7 +158,7 @@ class StageAgent:
             if decision is None:
                 out.append(self._forward(doc, received))
             else:
-                out.extend(self._verdict(doc, received, decision, vector))
+                out.extend(self._verdict(decision.version or doc, received, decision, vector))
         metrics.BATCH_SECONDS.labels(self.agent.value).observe(time.perf_counter() - started)
         return out
 
@@ -217,7 +217,7 @@ class StageAgent:
         vectors reach the vector store after its verdicts are recorded, still under it.
         """
         cascade = self._cascade
-        vectors: dict[str, np.ndarray] = {}
+        vectors: dict[tuple[str, str], np.ndarray] = {}
         skip_copies = True
         while True:
             if cascade.semantic:
@@ -226,7 +226,7 @@ class StageAgent:
                 self._state.warm(cascade.reads([doc for doc, _ in docs]))
                 decided = []
                 for doc, received in docs:
-                    vector = vectors.get(doc.doc_id)
+                    vector = vectors.get(doc.identity)
                     if vector is None and cascade.needs_vector(doc):
                         break
                     decided.append((doc, received, cascade.decide(doc, vector), vector))
@@ -253,37 +253,41 @@ class StageAgent:
         if vectors and self._vectors is not None:
             model = cascade.model
             assert model is not None  # a cascade with vectors has a model
-            for doc in again:
-                self._vectors.add(model, doc.doc_id, vectors[doc.doc_id], doc.published_at, doc.language)
-            self._vectors.flush(set(vectors))
-        return [(doc, got, decision, vectors.get(doc.doc_id, vector)) for doc, got, decision, vector in decided]
+            ids = set()
+            for doc, _, decision, _ in decided:
+                if doc.identity in vectors:
+                    decided_as = decision.version or doc if decision is not None else doc
+                    ids.add(decided_as.doc_id)
+                    self._vectors.add(model, decided_as.doc_id, vectors[doc.identity], doc.published_at, doc.language)
+            self._vectors.flush(ids)
+        return [(doc, got, decision, vectors.get(doc.identity, vector)) for doc, got, decision, vector in decided]
 
     def _wanted(
-        self, docs: list[tuple[Document, int]], have: dict[str, np.ndarray], skip_copies: bool
+        self, docs: list[tuple[Document, int]], have: dict[tuple[str, str], np.ndarray], skip_copies: bool
     ) -> list[Document]:
         """Documents to embed before taking the lease, judged on a snapshot read without it."""
         cascade = self._cascade
         self._state.warm(cascade.reads([doc for doc, _ in docs]))
         wanted: list[Document] = []
         for doc, _ in docs:
-            if doc.doc_id in have or (skip_copies and any(cascade.would_link(doc, earlier) for earlier in wanted)):
+            if doc.identity in have or (skip_copies and any(cascade.would_link(doc, earlier) for earlier in wanted)):
                 continue
             if cascade.needs_vector(doc):
                 wanted.append(doc)
         self._state.reset()
         return wanted
 
-    def _embed(self, docs: list[Document]) -> dict[str, np.ndarray]:
+    def _embed(self, docs: list[Document]) -> dict[tuple[str, str], np.ndarray]:
         if not docs:
             return {}
         assert self._embedder is not None
         size = self._settings.semantic.batch_size
-        found: dict[str, np.ndarray] = {}
+        found: dict[tuple[str, str], np.ndarray] = {}
         for start in range(0, len(docs), size):
             chunk = docs[start : start + size]
             metrics.EMBED_BATCH.observe(len(chunk))
             for doc, vector in zip(chunk, self._embedder.embed([d.text for d in chunk]), strict=True):
-                found[doc.doc_id] = vector
+                found[doc.identity] = vector
         return found
 
     def _verdict(
@@ -333,5 +337,5 @@ def _standing(decision: Decision | None, standing: dict[str, Link]) -> Decision 
     if stood is None:
         return decision
     if decision.repeated or stood != decision.link:
-        return Decision(stood, repeated=True)
-    return Decision(stood, group_size=decision.group_size)
+        return replace(decision, link=stood, repeated=True, group_size=None)
+    return replace(decision, link=stood)

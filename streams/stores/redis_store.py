@@ -7,7 +7,7 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 
 | hash | field | value |
 |---|---|---|
-| `v:{B(doc_id)}` | doc_id | the verdict: its `seq`, a space, then `[verdict, canonical, stage, score, model]` in JSON |
+| `v:{B(doc_id)}` | doc_id | the verdict: `seq`, a space, JSON `[verdict, canonical, stage, score, model, content]` |
 | `x:{B(key)}` | rest of the key's hash (96 bits) | the canonical (or document under review) an exact key points to |
 | `c:{B(doc_id)}` | doc_id | a canonical's first-seen `seq` (marks it registered) |
 | `s:{seq >> 8}` | seq | the canonical's simhash (16 hex digits) followed by its doc_id |
@@ -318,10 +318,12 @@ def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]
 
 
 def _verdict_value(link: Link) -> str:
-    return orjson.dumps([link.verdict.value, link.canonical_id, link.stage, link.score, link.model]).decode()
+    fields = [link.verdict.value, link.canonical_id, link.stage, link.score, link.model, link.content_hash]
+    return orjson.dumps(fields).decode()
 
 
 def _read_verdict(doc_id: str, value: str) -> Link:
     seq, _, encoded = value.partition(" ")
-    verdict, canonical_id, stage, score, model = orjson.loads(encoded)
-    return Link(doc_id, Verdict(verdict), canonical_id, Stage(stage) if stage else None, score, model, seq=int(seq))
+    verdict, canonical_id, stage, score, model, content_hash = orjson.loads(encoded)
+    stage_ = Stage(stage) if stage else None
+    return Link(doc_id, Verdict(verdict), canonical_id, stage_, score, model, int(seq), content_hash)
