@@ -243,15 +243,25 @@ class Cascade:
         return Link(doc.doc_id, self._near_verdict(canonical.doc_id), canonical.doc_id, Stage.SIMHASH, distance)
 
     def _semantic(self, doc: Document, vector: np.ndarray) -> Link | None:
+        """Link to the nearest canonical vector within the cut-offs. A vector whose document is not
+        a canonical (an orphan, e.g. left by a version of this software that wrote vectors before
+        verdicts) is never linked to: it is removed, and the search runs again."""
         assert self._vectors is not None and self._model is not None
-        same, cross = (
-            self._vectors.nearest(self._model, vector, doc.published_at, self._window_s, doc.language, same_language)
-            for same_language in (True, False)
-        )
-        match = semantic_match(same, cross, self._thresholds)
-        if match is None:
-            return None
-        found, verdict = match
+        while True:
+            same, cross = (
+                self._vectors.nearest(
+                    self._model, vector, doc.published_at, self._window_s, doc.language, same_language
+                )
+                for same_language in (True, False)
+            )
+            match = semantic_match(same, cross, self._thresholds)
+            if match is None:
+                return None
+            found, verdict = match
+            held = self._state.verdict_of(found.doc_id)
+            if held is not None and held.verdict is Verdict.UNIQUE:
+                break
+            self._vectors.remove(self._model, found.doc_id)
         if verdict is Verdict.DUPLICATE:
             verdict = self._near_verdict(found.doc_id)
         return Link(doc.doc_id, verdict, found.doc_id, Stage.SEMANTIC, round(found.score, 6), str(self._model))

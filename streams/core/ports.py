@@ -66,6 +66,9 @@ class VectorStore(Protocol):
 
     def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None: ...
 
+    def remove(self, model: ModelId, doc_id: str) -> None:
+        """Delete the vector of `doc_id`, if there is one."""
+
 
 class Embedder(Protocol):
     """Turns texts into L2-normalised vectors of one model."""

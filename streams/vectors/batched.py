@@ -50,6 +50,10 @@ class BatchedVectors:
     def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
         self._pending.append(_Pending(model, doc_id, np.asarray(vector, dtype=np.float32), published_at, language))
 
+    def remove(self, model: ModelId, doc_id: str) -> None:
+        self._pending = [item for item in self._pending if not (item.model == model and item.doc_id == doc_id)]
+        self._store.remove(model, doc_id)
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:

@@ -60,6 +60,12 @@ class EdgeVectorStore:
         point = qe.Point(point_id(doc_id), as_vector(model, vector), payload(model, doc_id, published_at, language))
         shard.update(qe.UpdateOperation.upsert_points([point]))
 
+    def remove(self, model: ModelId, doc_id: str) -> None:
+        """Delete a vector that is no canonical's (an orphan); absent is fine."""
+        shard = self._shard(model, create=False)
+        if shard is not None:
+            shard.update(qe.UpdateOperation.delete_points([point_id(doc_id)]))
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:

@@ -58,6 +58,12 @@ class QdrantVectorStore:
         )
         self.client.upsert(name, points=[point], wait=True)
 
+    def remove(self, model: ModelId, doc_id: str) -> None:
+        """Delete a vector that is no canonical's (an orphan); absent is fine."""
+        name = self._collection(model, create=False)
+        if name is not None:
+            self.client.delete(name, points_selector=models.PointIdsList(points=[point_id(doc_id)]), wait=True)
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:
