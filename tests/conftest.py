@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
 from streams.evaluation.services import local_kafka, local_redis
 from streams.evaluation.stack import Stack
+from streams.stores.batched import BatchedState
+from streams.stores.redis_store import RedisStateStore
+from streams.stores.sqlite import SqliteStateStore
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +44,17 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     with local_kafka(tmp_path_factory.mktemp("kafka")) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(params=["sqlite", "redis", "redis-batched"])
+def new_state(request: pytest.FixtureRequest) -> Callable[[], StateStore]:
+    """Makes empty state stores of one kind (batched: one never-flushed batch, reads see its writes)."""
+    if request.param == "sqlite":
+        return lambda: SqliteStateStore(":memory:")
+    url = request.getfixturevalue("redis_url")
+    if request.param == "redis-batched":
+        return lambda: BatchedState(RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:"))
+    return lambda: RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:")
 
 
 @pytest.fixture

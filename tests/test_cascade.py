@@ -16,7 +16,6 @@ from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, labelled_stream
 from streams.features.simhash import bands
 from streams.records.article import Featurizer
-from streams.stores.batched import BatchedState
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
@@ -39,17 +38,6 @@ def settings() -> Settings:
 @pytest.fixture
 def featurizer(settings: Settings) -> Featurizer:
     return Featurizer(settings)
-
-
-@pytest.fixture(params=["sqlite", "redis", "redis-batched"])
-def new_state(request: pytest.FixtureRequest) -> Callable[[], StateStore]:
-    """Makes empty state stores of one kind (batched: one never-flushed batch, reads see its writes)."""
-    if request.param == "sqlite":
-        return lambda: SqliteStateStore(":memory:")
-    url = request.getfixturevalue("redis_url")
-    if request.param == "redis-batched":
-        return lambda: BatchedState(RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:"))
-    return lambda: RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:")
 
 
 @pytest.fixture

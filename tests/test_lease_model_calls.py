@@ -46,34 +46,24 @@ class LeaseWatcher:
         return self._inner.embed(texts)
 
 
+def _featurized(featurizer: Featurizer, doc_id: str, url: str, title: str, body: str) -> Document:
+    doc = featurizer.featurize({"id": doc_id, "url": url, "title": title, "body": body}, b"", ingest_time=1_700_000_000)
+    assert isinstance(doc, Document), doc
+    return doc
+
+
 def _band_missing_near_copy(featurizer: Featurizer, ntrex: list[NtrexDocument]) -> tuple[Document, Document]:
     """A real article and a one-word edit of it within the English threshold that shares no band."""
     for number, story in enumerate(ntrex):
         words = " ".join(story.english[1:]).split()
-        original = featurizer.featurize(
-            {
-                "id": f"n{number}",
-                "url": f"https://a.example.com/{number}",
-                "title": story.english[0],
-                "body": " ".join(words),
-            },
-            b"",
-            ingest_time=1_700_000_000,
+        original = _featurized(
+            featurizer, f"n{number}", f"https://a.example.com/{number}", story.english[0], " ".join(words)
         )
-        assert isinstance(original, Document)
         for position in range(len(words) - 1, 0, -1):
             edited = [*words[:position], "meanwhile", *words[position:]]
-            copy = featurizer.featurize(
-                {
-                    "id": f"n{number}-edit",
-                    "url": f"https://b.example.org/{number}",
-                    "title": story.english[0],
-                    "body": " ".join(edited),
-                },
-                b"",
-                ingest_time=1_700_000_000,
+            copy = _featurized(
+                featurizer, f"n{number}-edit", f"https://b.example.org/{number}", story.english[0], " ".join(edited)
             )
-            assert isinstance(copy, Document)
             near = 3 < hamming(original.simhash, copy.simhash) <= 6
             if near and not set(enumerate(bands(original.simhash))) & set(enumerate(bands(copy.simhash))):
                 return original, copy
@@ -87,17 +77,10 @@ def test_no_model_call_while_the_lease_is_held(redis_url: str, tmp_path: Path, n
     )
     featurizer = Featurizer(settings)
     original, copy = _band_missing_near_copy(featurizer, ntrex)
-    others = []
-    for number, story in enumerate(ntrex[500:506]):
-        record = {
-            "id": f"o{number}",
-            "url": f"https://c.example.com/{number}",
-            "title": story.english[0],
-            "body": " ".join(story.english[1:]),
-        }
-        doc = featurizer.featurize(record, b"", ingest_time=1_700_000_000)
-        assert isinstance(doc, Document)
-        others.append(doc)
+    others = [
+        _featurized(featurizer, f"o{n}", f"https://c.example.com/{n}", story.english[0], " ".join(story.english[1:]))
+        for n, story in enumerate(ntrex[500:506])
+    ]
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     watcher = LeaseWatcher(make_embedder(settings.semantic), client, f"{prefix}lock:register")
     resources = Resources(settings, embedder=watcher)

@@ -7,12 +7,10 @@ every state store; the file runner and replay.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-import pytest
 
 from streams.config import Settings
 from streams.core.cascade import Cascade
@@ -22,9 +20,6 @@ from streams.evaluation.corpus import NtrexDocument
 from streams.records.article import Featurizer
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
-from streams.stores.batched import BatchedState
-from streams.stores.redis_store import RedisStateStore
-from streams.stores.sqlite import SqliteStateStore
 
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
 
@@ -37,16 +32,6 @@ def _doc(record: dict[str, str]) -> Document:
     doc = Featurizer(Settings(stages=CHEAP)).featurize(record, b"", ingest_time=1_700_000_000)
     assert isinstance(doc, Document), doc
     return doc
-
-
-@pytest.fixture(params=["sqlite", "redis", "redis-batched"])
-def new_state(request: pytest.FixtureRequest) -> Callable[[], StateStore]:
-    if request.param == "sqlite":
-        return lambda: SqliteStateStore(":memory:")
-    url = request.getfixturevalue("redis_url")
-    if request.param == "redis-batched":
-        return lambda: BatchedState(RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:"))
-    return lambda: RedisStateStore.from_url(url, prefix=f"t{uuid.uuid4().hex}:")
 
 
 def test_colliding_ids_from_two_sources_are_two_documents(
