@@ -274,9 +274,10 @@ def worker_command(
     """Run stage agents on Kafka with state in Redis and vectors in Qdrant (DEDUP_* settings)."""
     import faust
 
-    from streams.service.app import build_app
+    from streams.kafka.topics import message_limits
+    from streams.service.app import build_app, check_broker_limits, check_record_limits
     from streams.service.resources import Resources
-    from streams.service.stages import Agent, pipeline
+    from streams.service.stages import Agent, input_topic, pipeline
 
     settings = Settings()
     chain = pipeline(settings)
@@ -288,6 +289,10 @@ def worker_command(
     if idle:
         raise ValueError(f"agent(s) {', '.join(idle)} have no enabled stage (stages: {settings.stages})")
     settings.kafka_client_config()  # a missing broker is reported before anything connects
+    check_record_limits(settings)
+    topics = settings.topics
+    written = [topics.links, topics.deduped, topics.rejected, *(input_topic(settings, a) for a in chain[1:])]
+    check_broker_limits(settings, message_limits(settings, written))
     resources = Resources(settings)
     try:
         faust_app, _ = build_app(settings, agents, resources)

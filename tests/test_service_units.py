@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 
 import faust
 import orjson
@@ -11,9 +12,11 @@ import pytest
 from streams.config import Settings
 from streams.core.model import Document
 from streams.evaluation.corpus import NtrexDocument
+from streams.evaluation.stack import Stack
+from streams.kafka.topics import message_limits
 from streams.records.article import Featurizer
 from streams.records.stage import read_stage_record, rejected_record, stage_record
-from streams.service.app import broker_credentials, check_record_limits
+from streams.service.app import broker_credentials, check_broker_limits, check_record_limits
 
 
 def test_kafka_security_settings_become_faust_credentials() -> None:
@@ -91,3 +94,16 @@ def test_a_worker_refuses_input_limits_the_broker_cannot_carry() -> None:
     with pytest.raises(ValueError, match="max_record_bytes"):
         check_record_limits(Settings(max_record_bytes=4 * 1024 * 1024))
     check_record_limits(Settings())  # the defaults fit Kafka's default message.max.bytes
+
+
+def test_a_worker_refuses_records_larger_than_the_topics_accept(make_stack: Callable[[str], Stack]) -> None:
+    stack = make_stack("url,content,simhash")
+    stack.create_topics()
+    settings = stack.settings()
+    topics = settings.topics
+    accepted = message_limits(settings, [topics.links, topics.deduped, topics.rejected])
+    assert set(accepted) == {topics.links, topics.deduped, topics.rejected}
+    check_broker_limits(settings, accepted)  # the default fits the broker's default
+    larger = settings.model_copy(update={"worker": settings.worker.model_copy(update={"max_message_bytes": 4 << 20})})
+    with pytest.raises(ValueError, match=r"max\.message\.bytes"):
+        check_broker_limits(larger, accepted)

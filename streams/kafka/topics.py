@@ -122,15 +122,30 @@ def create_topics(settings: Settings, partitions: int | None = None) -> list[Top
 
 
 def _cleanup_policies(admin: AdminClient, names: list[str]) -> dict[str, str]:
+    return {name: entries.get("cleanup.policy", "unknown") for name, entries in _topic_configs(admin, names).items()}
+
+
+def _topic_configs(admin: AdminClient, names: list[str]) -> dict[str, dict[str, str]]:
     if not names:
         return {}
     futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name) for name in names])
-    policies = {}
+    configs = {}
     for resource, future in futures.items():
         try:
             entries = future.result(TIMEOUT_S)
         except KafkaException as exc:
             problem = exc.args[0].str()
             raise RuntimeError(f"could not read the configuration of topic {resource.name}: {problem}") from None
-        policies[resource.name] = entries["cleanup.policy"].value if "cleanup.policy" in entries else "unknown"
-    return policies
+        configs[resource.name] = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+    return configs
+
+
+def message_limits(settings: Settings, names: list[str]) -> dict[str, int]:
+    """The largest record each topic accepts (its `max.message.bytes`), where the broker says."""
+    client = CommandClient(settings)
+    admin = AdminClient(client.config())
+    client.reach(admin)
+    configs = _topic_configs(admin, names)
+    return {
+        name: int(entries["max.message.bytes"]) for name, entries in configs.items() if "max.message.bytes" in entries
+    }

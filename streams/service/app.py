@@ -44,6 +44,19 @@ FEATURES_ROOM_BYTES = 64 * 1024
 """What a published article adds to its raw record at most: id, normalised URL, features, verdict."""
 
 
+def check_broker_limits(settings: Settings, accepted: dict[str, int]) -> None:
+    """Refuse a `worker.max_message_bytes` above what a topic the workers write to accepts
+    (`accepted`: the topics' `max.message.bytes`, as the broker reports them)."""
+    limit = settings.worker.max_message_bytes
+    for topic, most in sorted(accepted.items()):
+        if most < limit:
+            raise ValueError(
+                f"topic {topic} accepts records of at most {most:,} bytes (its max.message.bytes), less than"
+                f" worker.max_message_bytes ({limit:,}): set DEDUP_WORKER__MAX_MESSAGE_BYTES to at most {most:,}"
+                " (and DEDUP_MAX_RECORD_BYTES to fit), or raise the topic's max.message.bytes"
+            )
+
+
 def check_record_limits(settings: Settings) -> None:
     """Refuse a configuration whose accepted input could not be published: every raw record up to
     `max_record_bytes` must fit, with its features, in what the broker accepts."""
