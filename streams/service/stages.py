@@ -219,15 +219,18 @@ class StageAgent:
         cascade = self._cascade
         vectors: dict[tuple[str, str], np.ndarray] = {}
         skip_copies = True
+        short: list[Document] = []
         while True:
             if cascade.semantic:
-                vectors.update(self._embed(self._wanted(docs, vectors, skip_copies)))
+                wanted = self._wanted(docs, vectors, skip_copies)
+                vectors.update(self._embed([*wanted, *(doc for doc in short if doc not in wanted)]))
             with self._lock.held() as lease:
                 self._state.warm(cascade.reads([doc for doc, _ in docs]))
                 decided = []
                 for doc, received in docs:
                     vector = vectors.get(doc.identity)
                     if vector is None and cascade.needs_vector(doc):
+                        short = [doc]  # embedded next round whatever the snapshot says: no livelock
                         break
                     decided.append((doc, received, cascade.decide(doc, vector), vector))
                 else:
