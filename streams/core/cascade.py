@@ -23,7 +23,17 @@ from time import perf_counter
 import numpy as np
 
 from streams.config import ModelThresholds, Settings
-from streams.core.model import Canonical, Document, Link, ModelId, Neighbour, Stage, Verdict, version_id
+from streams.core.model import (
+    Canonical,
+    Document,
+    Link,
+    ModelId,
+    Neighbour,
+    Stage,
+    Verdict,
+    content_key,
+    version_id,
+)
 from streams.core.ports import Reads, StateStore, VectorStore
 from streams.features.simhash import bands, hamming
 
@@ -119,7 +129,7 @@ class Cascade:
         """The document as the state knows it: itself, or, when its id was decided with other
         content, a new version under an id of its own (read-only)."""
         prior = self._state.verdict_of(doc.doc_id)
-        if prior is None or prior.content_hash is None or prior.content_hash == doc.content_hash:
+        if prior is None or prior.content is None or prior.content == content_key(doc.content_hash):
             return doc
         return replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
 
@@ -185,7 +195,7 @@ class Cascade:
     def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
         """Record the verdict with the content it was given to; if another worker recorded one for
         this document first, that one stands."""
-        link = replace(link, content_hash=doc.content_hash)
+        link = replace(link, content=content_key(doc.content_hash))
         stood = self._state.record_verdict(link)
         if stood != link:
             return Decision(stood, repeated=True, version=_version(doc))

@@ -66,9 +66,18 @@ class Document:
         return (self.doc_id, self.content_hash)
 
 
+CONTENT_KEY_CHARS = 16
+"""Hex digits of the content hash a verdict keeps: 64 bits tell versions of one id apart."""
+
+
+def content_key(content_hash: str) -> str:
+    """What a verdict keeps of its content's hash (`Link.content`)."""
+    return content_hash[:CONTENT_KEY_CHARS]
+
+
 def version_id(doc_id: str, content_hash: str) -> str:
     """The id a later version of `doc_id` is decided under: its own verdict, keys and link."""
-    return f"{doc_id}#v{content_hash[:16]}"
+    return f"{doc_id}#v{content_key(content_hash)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +119,8 @@ class Link:
     score: float | None = None
     model: str | None = None
     seq: int | None = field(default=None, compare=False)
-    content_hash: str | None = field(default=None, compare=False)
-    """The content the verdict was given to: the same id with other content is a new version."""
+    content: str | None = field(default=None, compare=False)
+    """`content_key` of the text the verdict was given to: the same id with other content is a new version."""
 
     @property
     def publishes(self) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.core.model import Document, Link, Stage, Verdict
+from streams.core.model import Document, Link, Stage, Verdict, content_key
 from streams.core.replay import Recorded
 from streams.records.article import format_timestamp, parse_timestamp
 
@@ -80,7 +80,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         score=record["score"],
         model=record["model"],
         seq=_sequence(record.get("seq")),
-        content_hash=record["content_hash"],
+        content=content_key(record["content_hash"]),
     )
     vector = record.get("vector")
     return Recorded(

@@ -24,7 +24,7 @@ from streams.core.model import Canonical, Link, Stage, Verdict
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
     doc_id TEXT PRIMARY KEY, verdict TEXT NOT NULL, canonical_id TEXT NOT NULL,
-    stage TEXT, score REAL, model TEXT, content_hash TEXT
+    stage TEXT, score REAL, model TEXT, content TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS exact_keys (key BLOB PRIMARY KEY, canonical_id TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS canonicals (
@@ -70,8 +70,8 @@ class SqliteStateStore:
         self._db.execute("PRAGMA mmap_size=1073741824")
         self._db.executescript(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verdicts)")}
-        if "content_hash" not in columns:  # a state folder from before versions: its verdicts match any content
-            self._db.execute("ALTER TABLE verdicts ADD COLUMN content_hash TEXT")
+        if "content" not in columns:  # a state folder from before versions: its verdicts match any content
+            self._db.execute("ALTER TABLE verdicts ADD COLUMN content TEXT")
         self._next_seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM canonicals").fetchone()[0]
         self._verdicts: dict[str, Link] = {}
         self._exact: dict[str, str] = {}
@@ -90,7 +90,7 @@ class SqliteStateStore:
         db.executemany(
             "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
-                (v.doc_id, v.verdict.value, v.canonical_id, v.stage, v.score, v.model, v.content_hash)
+                (v.doc_id, v.verdict.value, v.canonical_id, v.stage, v.score, v.model, v.content)
                 for v in self._verdicts.values()
             ],
         )
@@ -122,13 +122,13 @@ class SqliteStateStore:
         if pending is not None:
             return pending
         row = self._db.execute(
-            "SELECT verdict, canonical_id, stage, score, model, content_hash FROM verdicts WHERE doc_id = ?", (doc_id,)
+            "SELECT verdict, canonical_id, stage, score, model, content FROM verdicts WHERE doc_id = ?", (doc_id,)
         ).fetchone()
         if row is None:
             return None
-        verdict, canonical_id, stage, score, model, content_hash = row
+        verdict, canonical_id, stage, score, model, content = row
         stage_ = Stage(stage) if stage else None
-        return Link(doc_id, Verdict(verdict), canonical_id, stage_, score, model, content_hash=content_hash)
+        return Link(doc_id, Verdict(verdict), canonical_id, stage_, score, model, content=content)
 
     def record_verdict(self, link: Link) -> Link:
         # One writer per state folder (see `locked`), and the cascade asked `verdict_of` just
