@@ -258,10 +258,10 @@ class StageAgent:
             assert model is not None  # a cascade with vectors has a model
             ids = set()
             for doc, _, decision, _ in decided:
-                if doc.identity in vectors:
-                    decided_as = decision.version or doc if decision is not None else doc
-                    ids.add(decided_as.doc_id)
-                    self._vectors.add(model, decided_as.doc_id, vectors[doc.identity], doc.published_at, doc.language)
+                if doc.identity in vectors and decision is not None:
+                    doc_id = (decision.version or doc).doc_id
+                    ids.add(doc_id)
+                    self._vectors.add(model, doc_id, vectors[doc.identity], doc.published_at, doc.language)
             self._vectors.flush(ids)
         return [(doc, got, decision, vectors.get(doc.identity, vector)) for doc, got, decision, vector in decided]
 
