@@ -275,7 +275,7 @@ def worker_command(
     import faust
 
     from streams.kafka.topics import message_limits
-    from streams.service.app import build_app, check_broker_limits, check_record_limits
+    from streams.service.app import build_app, check_broker_limits
     from streams.service.resources import Resources
     from streams.service.stages import Agent, input_topic, pipeline
 
@@ -289,7 +289,6 @@ def worker_command(
     if idle:
         raise ValueError(f"agent(s) {', '.join(idle)} have no enabled stage (stages: {settings.stages})")
     settings.kafka_client_config()  # a missing broker is reported before anything connects
-    check_record_limits(settings)
     topics = settings.topics
     written = [topics.links, topics.deduped, topics.rejected, *(input_topic(settings, a) for a in chain[1:])]
     check_broker_limits(settings, message_limits(settings, written))

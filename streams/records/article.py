@@ -111,13 +111,10 @@ class Featurizer:
     def _document(self, article: dict[str, Any], ingest_time: int) -> Document:
         url: str = article["url"]
         normalized = normalize_url(url, self._rules)
-        title = article.get("title")
-        if article.get("body") is not None:
-            body = article["body"]
-        else:
+        text = body_text(article)
+        if text is None:
             extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
-            title = title or extracted_title
-        text = document_text(title, body)
+            text = document_text(article.get("title") or extracted_title, body)
         if not text:
             raise ValueError("article has no text: title and body are empty")
         published = article.get("published_at")
@@ -147,6 +144,13 @@ class Featurizer:
             published_at=published_at,
             article=article,
         )
+
+
+def body_text(article: dict[str, Any]) -> str | None:
+    """The normalised text of an article that has a `body` (None when it has only `html`): cheap,
+    so a stage record rebuilds it instead of carrying it."""
+    body = article.get("body")
+    return None if body is None else document_text(article.get("title"), body)
 
 
 def _derived_id(u_hash: str, c_hash: str) -> str:

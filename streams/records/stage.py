@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from streams.core.model import Document
-from streams.features.text import document_text
+from streams.records.article import body_text
 from streams.records.output import now_rfc3339
 
 _FIELDS = tuple(Document.__dataclass_fields__)
@@ -25,15 +25,9 @@ _ENVELOPE_BYTES = 4096
 """Room left in a rejected record for its reason and origin when its raw bytes are cut."""
 
 
-def _rebuilt_text(article: dict[str, Any]) -> str | None:
-    """The normalised text of an article with a body, as the first stage made it."""
-    body = article.get("body")
-    return document_text(article.get("title"), body) if isinstance(body, str) else None
-
-
 def stage_record(doc: Document, received_ms: int) -> bytes:
     fields = {name: getattr(doc, name) for name in _FIELDS}  # not asdict: it deep-copies the article
-    if isinstance(doc.article.get("body"), str):
+    if doc.article.get("body") is not None:
         del fields["text"]  # rebuilt on arrival: the article travels once
     return orjson.dumps({**fields, "simhash": f"{doc.simhash:016x}", "received_ms": received_ms})
 
@@ -44,7 +38,7 @@ def read_stage_record(raw: bytes) -> tuple[Document, int]:
     if not isinstance(record.get("article"), dict) or not isinstance(record.get("published_at"), int):
         raise TypeError("stage record has a malformed article or published_at")
     if "text" not in record:
-        record["text"] = _rebuilt_text(record["article"])
+        record["text"] = body_text(record["article"])
     record.setdefault("version_of", None)
     fields = {name: record[name] for name in _FIELDS}
     if not isinstance(fields["text"], str):

@@ -16,8 +16,9 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 | `seq` (string) | | the last canonical `seq` given out |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 
-Every value that holds a caller's string ends with it (JSON, or after fixed-width
-fields), so no id, however strange, can break the encoding.
+Every value that holds a caller's strings ends with them (after fixed-width fields,
+the first of two prefixed by its length), so no id, however strange, can break the
+encoding.
 
 Writes come from the streaming agents in batches (`apply`): fenced by the
 registration lease, checked against the verdicts already recorded, and applied
@@ -87,7 +88,7 @@ for i = 3, 6 do
 end
 return seq
 """
-# KEYS: v bucket, vseq counter; ARGV: doc_id, the verdict's JSON, its seq (0: draw the next one).
+# KEYS: v bucket, vseq counter; ARGV: doc_id, the encoded verdict, its seq (0: draw the next one).
 # A replayed verdict keeps the seq it had live, and the counter moves past it.
 _RECORD = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
@@ -228,7 +229,7 @@ class RedisStateStore:
         self, client: redis.Redis | Pipeline, canonical_id: str, simhash: int, language: str, bands: Sequence[int]
     ) -> None:
         keys = [self._bucket("c", canonical_id), f"{self._prefix}seq", *self._band_keys(language, bands)]
-        args = [canonical_id, f"{simhash:016x}{canonical_id}", *map(str, bands), f"{self._prefix}s:"]
+        args = [canonical_id, f"{simhash:0{_SIMHASH_HEX}x}{canonical_id}", *map(str, bands), f"{self._prefix}s:"]
         self._add_canonical(keys=keys, args=args, client=client)
 
     def grow_group(self, canonical_id: str) -> int:
@@ -266,12 +267,13 @@ class RedisStateStore:
                 raise LeaseLost(f"lease {fence.key} expired before the batch was written")
             decided = self.verdicts_of([doc_id for doc_id, _ in groups if doc_id is not None])
             applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
+            skipped = set(applied.lost)
             if applied.lost and exact:
                 raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
             pipe.multi()
             recorded: list[str | None] = []
             for doc_id, group in groups:
-                if doc_id in decided and decided[doc_id] is not None:
+                if doc_id in skipped:
                     continue
                 for write in group:
                     self._queue_write(pipe, write)
