@@ -1,0 +1,137 @@
+"""What every `dedup` command shares: the typer app, one-line errors, progress bars."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TaskProgressColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.text import Text
+
+from streams.core.model import Stage
+
+app = typer.Typer(
+    help="Deduplicate news streams with a cost-ordered cascade: URL, content hash, SimHash, embeddings.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err = Console(stderr=True)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Expected failures (bad paths, bad configuration, a busy state folder) end in one line, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'settings'}: "
+                + ("unknown setting (a typo?)" if e["type"] == "extra_forbidden" else e["msg"])
+                for e in exc.errors()
+            )
+            err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False, soft_wrap=True)
+        except (OSError, ValueError, RuntimeError) as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        except KeyboardInterrupt:
+            err.print(
+                "interrupted: outputs and state are saved up to the last document decided;"
+                " run the same command again to resume",
+                soft_wrap=True,
+            )
+            raise typer.Exit(130) from None
+        raise typer.Exit(2)
+
+    return wrapper
+
+
+def progress_bar(quiet: bool, records: bool = False) -> Progress:
+    """A progress bar on stderr, gone when done: over input bytes, or (`records`) over a count."""
+    columns = (MofNCompleteColumn(),) if records else (DownloadColumn(), TransferSpeedColumn())
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        *columns,
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet or not err.is_terminal,
+        transient=True,
+    )
+
+
+class _DocumentsColumn(ProgressColumn):
+    """Documents decided and their rate: what moves while the model embeds, when bytes read would not."""
+
+    def render(self, task: Task) -> Text:
+        documents = int(task.fields.get("documents", 0))
+        rate = f", {documents / task.elapsed:,.0f}/s" if task.elapsed else ""
+        return Text(f"{documents:,} documents{rate}", style="progress.download")
+
+
+def decisions_progress(quiet: bool) -> Progress:
+    """Documents decided, and the share of the input behind them: its bar and time estimate."""
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TaskProgressColumn(),
+        _DocumentsColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=quiet or not err.is_terminal,
+        transient=True,
+    )
+
+
+def parse_stages(value: str | None) -> list[Stage] | None:
+    if value is None:
+        return None
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    known = {s.value for s in Stage}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [Stage(n) for n in names]
+
+
+def replay_report(summary: str, bad: list[str], quiet: bool) -> None:
+    """The replay's one-line summary, then the first unreadable links (skipped, never fatal)."""
+    if not quiet:
+        err.print(summary, highlight=False)
+    for problem in bad[:10]:
+        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+
+
+class PhaseProgress:
+    """A rich progress bar per replay phase (reading the topic, restoring state)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: TaskID | None = None
+
+    def start(self, phase: str, total: int) -> None:
+        self._task = self._progress.add_task(phase, total=total)
+
+    def advance(self, count: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, count)
