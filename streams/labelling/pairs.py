@@ -132,6 +132,32 @@ class Pair:
 _LABEL_FIELDS = frozenset({"label", "labelled_at", "labelled_by"})
 
 
+@dataclass
+class BandCount:
+    """How far labelling has got in one band: pairs in it, pairs labelled, labelled duplicates."""
+
+    total: int = 0
+    labelled: int = 0
+    duplicates: int = 0
+
+
+def band_counts(pairs: Iterable[Pair], labels: Mapping[PairKey, bool]) -> dict[tuple[bool, str], BandCount]:
+    """Progress per (same_language, band), every band present, same-language first: calibration
+    fits same- and cross-language pairs apart, so each needs its own labels in every band."""
+    counts = {(same, label): BandCount() for same in (True, False) for label in BAND_LABELS}
+    seen: set[PairKey] = set()
+    for pair in pairs:
+        if pair.key in seen:
+            continue
+        seen.add(pair.key)
+        count = counts.setdefault((pair.same_language, pair.band), BandCount())
+        count.total += 1
+        if pair.key in labels:
+            count.labelled += 1
+            count.duplicates += bool(labels[pair.key])
+    return counts
+
+
 class PairFileError(ValueError):
     """A pairs or labels file that cannot be read; the message names the file and the line."""
 
@@ -148,7 +174,7 @@ def _records(path: Path, schema: str, what: str) -> Iterator[tuple[int, dict[str
             try:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
-                raise PairFileError(f"{path}, line {number}: not a {what}: invalid JSON ({exc})") from None
+                raise PairFileError(f"{path}, line {number}: not a {what}: invalid JSON ({exc.msg})") from None
             try:
                 check(record)
             except SchemaError as exc:
