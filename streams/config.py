@@ -97,6 +97,16 @@ class SemanticSettings(Section):
     thresholds: dict[str, ModelThresholds] = Field(
         default_factory=lambda: {name: ModelThresholds(**cuts) for name, cuts in DEFAULT_THRESHOLDS.items()}
     )
+    candidate_floor: float = Field(
+        0.75,
+        ge=-1.0,
+        le=1.0,
+        description="Nearest canonicals scoring at least this are kept as candidate pairs, links or not:"
+        " what `dedup calibrate sample` draws from.",
+    )
+    candidate_text_chars: int = Field(
+        4000, ge=0, description="Characters of headline + body a candidate record keeps for a person to read."
+    )
 
     @field_validator("thresholds", mode="before")
     @classmethod
@@ -130,6 +140,7 @@ class TopicSettings(Section):
     rejected: str = "articles.rejected"
     stage_simhash: str = "dedup.stage.simhash"
     stage_semantic: str = "dedup.stage.semantic"
+    candidates: str = Field("dedup.candidates", description="Candidate pairs of the semantic stage (compacted).")
     partitions: int = Field(6, ge=1, description="Partitions of each topic created by `dedup topics create`.")
     replication_factor: int = Field(1, ge=1)
 

@@ -26,7 +26,8 @@ def _settings(bootstrap: str, partitions: int = 3) -> Settings:
     """Topics of their own for each test, on the shared broker."""
     run = uuid.uuid4().hex[:8]
     names = {
-        field: f"t{run}.{field}" for field in ("raw", "deduped", "links", "rejected", "stage_simhash", "stage_semantic")
+        field: f"t{run}.{field}"
+        for field in ("raw", "deduped", "links", "candidates", "rejected", "stage_simhash", "stage_semantic")
     }
     return Settings(kafka_bootstrap=bootstrap, topics=TopicSettings(**names, partitions=partitions))
 
@@ -49,11 +50,12 @@ def _consume(settings: Settings, topic: str, expected: int) -> list[tuple[bytes 
 def test_topics_are_created_from_configuration_and_creating_again_is_harmless(kafka_bootstrap: str) -> None:
     settings = _settings(kafka_bootstrap)
     first = create_topics(settings)
-    assert [state.action for state in first] == ["created"] * 6
-    assert {state.name: state.cleanup_policy for state in first}[settings.topics.links] == "compact"
+    assert [state.action for state in first] == ["created"] * 7
+    policies = {state.name: state.cleanup_policy for state in first}
+    assert policies[settings.topics.links] == policies[settings.topics.candidates] == "compact"
     assert all(state.partitions == 3 for state in first)
     again = create_topics(settings)
-    assert [state.action for state in again] == ["exists"] * 6
+    assert [state.action for state in again] == ["exists"] * 7
     assert all(state.problem is None for state in again), again
     assert {state.name: state.cleanup_policy for state in again}[settings.topics.links] == "compact"
     wider = create_topics(settings, partitions=5)

@@ -127,3 +127,11 @@ def test_at_full_speed_quality_matches_dedup_run_and_the_invariants_hold(
             assert truth[link["canonical_id"]].group == item.group, item.doc_id
     negatives = streamed[NEGATIVE]
     assert negatives.linked <= reference[NEGATIVE].linked + 0.02 * negatives.total
+    # Every document the semantic agent searched with has its candidate pairs on dedup.candidates.
+    searched = {doc_id for doc_id, link in latest.items() if link["stage"] == "semantic" or "vector" in link}
+    candidates = {r["doc_id"]: r for r in stack.read(stack.settings().topics.candidates, until=len(searched))}
+    assert searched <= candidates.keys()
+    for link in latest.values():
+        if link["stage"] == "semantic":
+            pairs = {(n["doc_id"], n["score"]) for n in candidates[link["doc_id"]]["neighbours"]}
+            assert (link["canonical_id"], link["score"]) in pairs

@@ -39,6 +39,8 @@ def worker_command(
     settings.kafka_client_config()  # a missing broker is reported before anything connects
     topics = settings.topics
     written = [topics.links, topics.deduped, topics.rejected, *(input_topic(settings, a) for a in chain[1:])]
+    if Agent.SEMANTIC in agents:
+        written.append(topics.candidates)
     check_broker_limits(settings, message_limits(settings, written))
     resources = Resources(settings)
     try:

@@ -85,6 +85,9 @@ class Decision:
     """Size of the canonical's group after a duplicate joined it."""
     version: Document | None = None
     """The document as decided, when it is a new version of an id seen before (its own id)."""
+    candidates: tuple[Neighbour, ...] | None = None
+    """For a document the semantic stage searched with: its nearest same-language and cross-language
+    canonicals scoring at least `semantic.candidate_floor`, links or not (None: it was not searched)."""
 
 
 class Cascade:
@@ -180,17 +183,19 @@ class Cascade:
         if prior is not None:
             return Decision(prior, repeated=True, version=_version(doc))
         link = self._cheap(doc, timed=True)
+        candidates = None
         if link is None and self.semantic:
             if vector is None:
                 raise ValueError(f"document {doc.doc_id} reached the semantic stage without a vector")
             started = perf_counter()
-            link = self._semantic(doc, vector)
+            link, candidates = self._semantic(doc, vector)
             self.seconds[Stage.SEMANTIC] += perf_counter() - started
         if link is None or link.canonical_id == doc.doc_id:
             link, group_size = self._register(doc, vector)
         else:
             group_size = self._attach(doc, link)
-        return self._recorded(doc, link, group_size)
+        decision = self._recorded(doc, link, group_size)
+        return decision if decision.repeated else replace(decision, candidates=candidates)
 
     def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
         """Record the verdict with the content it was given to; if another worker recorded one for
@@ -252,11 +257,16 @@ class Cascade:
         canonical, distance = found
         return Link(doc.doc_id, self._near_verdict(canonical.doc_id), canonical.doc_id, Stage.SIMHASH, distance)
 
-    def _semantic(self, doc: Document, vector: np.ndarray) -> Link | None:
-        """Link to the nearest canonical vector within the cut-offs. A vector whose document is not
-        a canonical (an orphan, e.g. left by a version of this software that wrote vectors before
-        verdicts) is never linked to: it is removed, and the search runs again."""
+    def _semantic(self, doc: Document, vector: np.ndarray) -> tuple[Link | None, tuple[Neighbour, ...]]:
+        """Link to the nearest canonical vector within the cut-offs, and the candidate pairs: the best
+        same-language and cross-language canonicals at or above the candidate floor.
+
+        A vector whose document is not a canonical (an orphan, e.g. left by a version of this software
+        that wrote vectors before verdicts) is never linked to nor kept as a candidate: it is removed,
+        and the search runs again.
+        """
         assert self._vectors is not None and self._model is not None
+        floor = min(self._settings.semantic.candidate_floor, self._thresholds.review, self._thresholds.cross_review)
         while True:
             same, cross = (
                 self._vectors.nearest(
@@ -264,17 +274,26 @@ class Cascade:
                 )
                 for same_language in (True, False)
             )
-            match = semantic_match(same, cross, self._thresholds)
-            if match is None:
-                return None
-            found, verdict = match
-            held = self._state.verdict_of(found.doc_id)
-            if held is not None and held.verdict is Verdict.UNIQUE:
+            found = [n for n in (same, cross) if n is not None and n.score >= floor]
+            orphans = [n for n in found if not self._is_canonical(n.doc_id)]
+            if not orphans:
                 break
-            self._vectors.remove(self._model, found.doc_id)
+            for orphan in orphans:
+                self._vectors.remove(self._model, orphan.doc_id)
+        kept = self._settings.semantic.candidate_floor
+        candidates = tuple(n for n in found if n.score >= kept)
+        match = semantic_match(same, cross, self._thresholds)
+        if match is None:
+            return None, candidates
+        neighbour, verdict = match
         if verdict is Verdict.DUPLICATE:
-            verdict = self._near_verdict(found.doc_id)
-        return Link(doc.doc_id, verdict, found.doc_id, Stage.SEMANTIC, round(found.score, 6), str(self._model))
+            verdict = self._near_verdict(neighbour.doc_id)
+        link = Link(doc.doc_id, verdict, neighbour.doc_id, Stage.SEMANTIC, round(neighbour.score, 6), str(self._model))
+        return link, candidates
+
+    def _is_canonical(self, doc_id: str) -> bool:
+        held = self._state.verdict_of(doc_id)
+        return held is not None and held.verdict.canonical
 
     def _near_verdict(self, canonical_id: str) -> Verdict:
         """Near-duplicate links go to review once a group reaches its size cap: the percolation alarm."""

@@ -24,6 +24,13 @@ class Verdict(StrEnum):
     UNIQUE = "unique"
     DUPLICATE = "duplicate"
     REVIEW = "review"
+    UNLINKED = "unlinked"
+    """Was a duplicate or under review until a person or a stricter cut-off said otherwise: a canonical now."""
+
+    @property
+    def canonical(self) -> bool:
+        """Whether a document with this verdict is a canonical (others may link to it)."""
+        return self is Verdict.UNIQUE or self is Verdict.UNLINKED
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +135,7 @@ class Link:
         review in their own right (not exact copies of one, which share its verdict)."""
         if self.verdict is Verdict.REVIEW:
             return self.stage in (Stage.SIMHASH, Stage.SEMANTIC)
-        return self.verdict is Verdict.UNIQUE
+        return self.verdict.canonical
 
     @classmethod
     def unique(cls, doc_id: str) -> Link:

@@ -72,8 +72,16 @@ class TopicState:
 def wanted(settings: Settings) -> dict[str, str]:
     """Every topic of the service and its cleanup policy."""
     names = settings.topics
-    policies = {names.links: "compact"}
-    topics = (names.raw, names.stage_simhash, names.stage_semantic, names.links, names.deduped, names.rejected)
+    policies = {names.links: "compact", names.candidates: "compact"}
+    topics = (
+        names.raw,
+        names.stage_simhash,
+        names.stage_semantic,
+        names.links,
+        names.candidates,
+        names.deduped,
+        names.rejected,
+    )
     return {name: policies.get(name, "delete") for name in topics}
 
 

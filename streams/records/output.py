@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.core.model import Document, Link, Stage, Verdict, content_key
+from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key
 from streams.core.replay import Recorded
 from streams.records.article import format_timestamp, parse_timestamp
 
@@ -59,6 +59,37 @@ def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
             "verdict": link.verdict.value,
             **({"version_of": doc.version_of} if doc.version_of is not None else {}),
         },
+    }
+
+
+def candidate_record(
+    link: Link, doc: Document, vector: np.ndarray, neighbours: tuple[Neighbour, ...], model: str, text_chars: int
+) -> dict[str, Any]:
+    """A candidate record (`dedup.candidates`, the state folder's journal): a document the semantic stage
+    searched with, its nearest canonicals above the floor, links or not, and what a person or a later
+    relink needs of it: its text, its vector and the article itself (schemas/candidate.schema.json)."""
+    return {
+        "doc_id": doc.doc_id,
+        "model": model,
+        "language": doc.language,
+        "published_at": format_timestamp(doc.published_at),
+        "title": doc.article.get("title"),
+        "text": doc.text[:text_chars],
+        "verdict": link.verdict.value,
+        "canonical_id": link.canonical_id,
+        "stage": link.stage.value if link.stage else None,
+        "score": link.score,
+        "neighbours": [
+            {
+                "doc_id": n.doc_id,
+                "score": round(n.score, 6),
+                "same_language": n.language == doc.language,
+                "language": n.language,
+            }
+            for n in neighbours
+        ],
+        "vector": vector,
+        "article": deduped_record(link, doc),
     }
 
 

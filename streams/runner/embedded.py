@@ -36,9 +36,10 @@ from streams.core.cascade import Cascade
 from streams.core.model import Document, Stage
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection
-from streams.records.output import deduped_record, link_record
+from streams.records.output import candidate_record, deduped_record, link_record
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
+from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 
 CHUNK = 256
@@ -181,6 +182,7 @@ def run(
             held.enter_context(locked(paths.state))
         fresh = _claim_outputs(paths, force)
         state = SqliteStateStore(paths.state / "state.sqlite3")
+        journal = Journal(paths.state)
         vectors = None
         if Stage.SEMANTIC in settings.stages:
             from streams.embedders import make_embedder
@@ -196,7 +198,7 @@ def run(
         )
         consistent = False
         try:
-            work = _Run(settings, cascade, state, embedder, outputs, interrupts, on_progress)
+            work = _Run(settings, cascade, (state, journal), embedder, outputs, interrupts, on_progress)
             stats = work.run(read_lines(sources, settings.max_record_bytes))
             consistent = True
         except KeyboardInterrupt:
@@ -207,6 +209,7 @@ def run(
                 for output in outputs:
                     output.close()
                 if consistent:
+                    journal.close()
                     state.close()
                 # Otherwise the state is left uncommitted: it stays at its last commit, which
                 # the outputs hold, and the next run decides the rest again.
@@ -222,7 +225,7 @@ class _Run:
         self,
         settings: Settings,
         cascade: Cascade,
-        state: SqliteStateStore,
+        state: tuple[SqliteStateStore, Journal],
         embedder: Embedder | None,
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: _Interrupts,
@@ -230,7 +233,7 @@ class _Run:
     ) -> None:
         self._settings = settings
         self._cascade = cascade
-        self._state = state
+        self._state, self._journal = state
         self._embedder = embedder
         self._outputs = outputs
         self._links, self._deduped, self._rejected = outputs
@@ -290,8 +293,17 @@ class _Run:
         doc = decision.version or doc  # a new version of an id seen before goes out under its own id
         link = decision.link
         self.stats.count(link, decision.repeated)
-        if not self._links.write(link_record(link, doc, vector)):
+        record = link_record(link, doc, vector)
+        if not self._links.write(record):
             self.stats.already_written += 1
+        if not decision.repeated:
+            self._journal.put_link(record)
+            if decision.candidates is not None and vector is not None:
+                semantic = self._settings.semantic
+                model = str(self._cascade.model)
+                self._journal.put_candidate(
+                    candidate_record(link, doc, vector, decision.candidates, model, semantic.candidate_text_chars)
+                )
         if decision.group_size is not None:
             self.stats.see_group(link.canonical_id, decision.group_size)
         if link.publishes and not decision.repeated:
@@ -308,6 +320,7 @@ class _Run:
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
+            self._journal.commit()
             self._state.commit()
 
     def _vector_for(self, docs: list[Document], index: int) -> np.ndarray | None:

@@ -12,6 +12,7 @@ from streams.core.replay import ReplayStats, restore
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked
 from streams.runner.jsonl import read_lines
+from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 
@@ -25,6 +26,7 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
     stats = ReplayStats()
     with locked(state_dir):
         state = SqliteStateStore(state_dir / "state.sqlite3")
+        journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit = time.perf_counter()
         try:
@@ -35,7 +37,8 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
                         on_bytes(line.consumed)
                     stats.read += 1
                     try:
-                        recorded = read_link_record(orjson.loads(line.raw))
+                        record = orjson.loads(line.raw)
+                        recorded = read_link_record(record)
                     except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
                         why = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
                         if first:
@@ -46,14 +49,17 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
                         stats.bad.append(f"{source}:{line.line_no}: {why}")
                         continue
                     first = False
+                    journal.put_link(record)
                     if restore(recorded, state, vectors):
                         stats.restored += 1
                     else:
                         stats.already_there += 1
                     if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                        journal.commit()
                         state.commit()
                         last_commit = time.perf_counter()
         finally:
+            journal.close()
             state.close()
             vectors.close()
     return stats

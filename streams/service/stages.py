@@ -29,10 +29,10 @@ import orjson
 
 from streams.config import Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, Link, Stage, Verdict
+from streams.core.model import Document, Link, Neighbour, Stage
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection
-from streams.records.output import deduped_record, link_record
+from streams.records.output import candidate_record, deduped_record, link_record
 from streams.records.stage import read_stage_record, rejected_record, stage_record
 from streams.service import metrics
 from streams.stores.batched import BatchedState
@@ -304,6 +304,8 @@ class StageAgent:
         out = [Outgoing(topics.links, key, orjson.dumps(link_record(link, doc, vector), option=_JSON))]
         if link.publishes:
             out.append(Outgoing(topics.deduped, key, orjson.dumps(deduped_record(link, doc))))
+        if decision.candidates is not None and vector is not None and not decision.repeated:
+            out.append(Outgoing(topics.candidates, key, self._candidates(link, doc, vector, decision.candidates)))
         if decision.repeated:
             metrics.REPEATED.labels(self.agent.value).inc()
             return out
@@ -317,6 +319,17 @@ class StageAgent:
             metrics.GROUP_SIZE.observe(decision.group_size)
         return out
 
+    def _candidates(self, link: Link, doc: Document, vector: np.ndarray, neighbours: tuple[Neighbour, ...]) -> bytes:
+        """The candidate record; without the article when that would not fit what the broker accepts
+        (the pairs and the text still serve calibration)."""
+        chars = self._settings.semantic.candidate_text_chars
+        record = candidate_record(link, doc, vector, neighbours, str(self._cascade.model), chars)
+        value = orjson.dumps(record, option=_JSON)
+        if len(value) > self._max_bytes:
+            del record["article"]
+            value = orjson.dumps(record, option=_JSON)
+        return value
+
     def _rejection(self, rejection: Rejection, record: Incoming | None, key: bytes | None = None) -> Outgoing:
         """An `articles.rejected` record; `record` None for a document rejected after it was parsed."""
         metrics.REJECTED.labels(self.agent.value).inc()
@@ -329,7 +342,7 @@ class StageAgent:
 
 
 def _embedded_canonical(link: Link) -> bool:
-    return link.verdict is Verdict.UNIQUE and link.model is not None
+    return link.verdict.canonical and link.model is not None
 
 
 def _standing(decision: Decision | None, standing: dict[str, Link]) -> Decision | None:

@@ -1,0 +1,104 @@
+"""The state folder's journal: what the service keeps in its compacted topics, for files.
+
+The workers publish every verdict to `dedup.links` and every candidate pair of the
+semantic stage to `dedup.candidates`; compaction keeps the latest record per
+document. A state folder keeps the same in one SQLite file beside its state, so
+that the commands a person runs after `dedup run` (relink, review, calibrate) need
+nothing but the state folder: the latest link record of every document (its
+features, without the vector, which the vector store holds) and every candidate
+record. The cascade never reads it.
+
+Writes are buffered and committed with the state (before it, so the journal never
+misses a verdict the state remembers; a record written again after a crash just
+replaces itself).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS links (position INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS candidates (
+    position INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, record BLOB NOT NULL
+);
+"""
+_TABLES = ("links", "candidates")
+JOURNAL_FILE = "journal.sqlite3"
+
+
+class Journal:
+    """Latest link record and candidate record per document, in the order they were last written."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(folder / JOURNAL_FILE), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._pending: dict[str, dict[str, bytes]] = {table: {} for table in _TABLES}
+
+    def put_link(self, record: dict[str, Any]) -> None:
+        """Keep a document's latest link record; its vector is left out (the vector store has it)."""
+        kept = {key: value for key, value in record.items() if key != "vector"}
+        self._put("links", record["doc_id"], kept)
+
+    def put_candidate(self, record: dict[str, Any]) -> None:
+        self._put("candidates", record["doc_id"], record)
+
+    def _put(self, table: str, doc_id: str, record: dict[str, Any]) -> None:
+        pending = self._pending[table]
+        pending.pop(doc_id, None)  # the latest write goes last, as in the table
+        pending[doc_id] = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    def commit(self) -> None:
+        """Write every buffered record in one transaction."""
+        if not any(self._pending.values()):
+            return
+        self._db.execute("BEGIN")
+        for table, pending in self._pending.items():
+            # Delete, then insert: a record written again moves to the end, where its latest write belongs.
+            self._db.executemany(f"DELETE FROM {table} WHERE doc_id = ?", [(doc_id,) for doc_id in pending])
+            self._db.executemany(f"INSERT INTO {table} (doc_id, record) VALUES (?, ?)", pending.items())
+            pending.clear()
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.commit()
+        self._db.close()
+
+    def link(self, doc_id: str) -> dict[str, Any] | None:
+        """The latest link record of `doc_id`, or None."""
+        return self._get("links", doc_id)
+
+    def candidate(self, doc_id: str) -> dict[str, Any] | None:
+        """The candidate record of `doc_id` (a document the semantic stage searched with), or None."""
+        return self._get("candidates", doc_id)
+
+    def links(self) -> Iterator[dict[str, Any]]:
+        """Every document's latest link record, oldest first (buffered ones last)."""
+        return self._all("links")
+
+    def candidates(self) -> Iterator[dict[str, Any]]:
+        return self._all("candidates")
+
+    def _get(self, table: str, doc_id: str) -> dict[str, Any] | None:
+        pending = self._pending[table].get(doc_id)
+        if pending is not None:
+            return orjson.loads(pending)
+        row = self._db.execute(f"SELECT record FROM {table} WHERE doc_id = ?", (doc_id,)).fetchone()
+        return None if row is None else orjson.loads(row[0])
+
+    def _all(self, table: str) -> Iterator[dict[str, Any]]:
+        pending = self._pending[table]
+        rows = self._db.execute(f"SELECT doc_id, record FROM {table} ORDER BY position")
+        for doc_id, record in rows:
+            if doc_id not in pending:
+                yield orjson.loads(record)
+        for record in list(pending.values()):
+            yield orjson.loads(record)
