@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -180,6 +181,15 @@ class WorkerSettings(Section):
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 
 
+class ReportSettings(Section):
+    """`dedup report`: the drift period and the jump that raises an alarm."""
+
+    period: Literal["day", "week"] = Field("day", description="Drift compares the last period with the one before.")
+    alarm_factor: float = Field(
+        2.0, gt=1.0, description="A drift value this many times its previous period's value raises an alarm."
+    )
+
+
 class Settings(BaseSettings):
     """Configuration of the cascade, its embedded runner and its streaming workers."""
 
@@ -237,6 +247,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     simhash: SimhashSettings = Field(default_factory=SimhashSettings)
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
 
     @model_validator(mode="after")
     def _stages_in_order(self) -> Settings:
