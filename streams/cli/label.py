@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from streams.cli.common import app, err, one_line_errors
+
+if TYPE_CHECKING:
+    from streams.labelling.pairs import LabelWriter, Pair
+    from streams.labelling.screen import LabelApp
 
 
 @app.command("label")
@@ -38,7 +42,7 @@ def label_command(
     already labelled in --out are passed over, so the same command goes on
     where the last one stopped. Format: schemas/label.schema.json.
     """
-    from streams.labelling.pairs import LabelWriter, read_labels, read_pairs
+    from streams.labelling.pairs import LabelWriter, read_pairs
 
     if not pairs_file.exists():
         raise FileNotFoundError(f"pairs file {pairs_file} does not exist")
@@ -47,19 +51,11 @@ def label_command(
     pairs = read_pairs(pairs_file)
     if not pairs:
         raise ValueError(f"{pairs_file} holds no pairs")
-    labels = {key: bool(record["label"]) for key, record in read_labels(out).items()}
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise RuntimeError("dedup label is a screen: run it in a terminal")
 
-    from streams.labelling.screen import LabelApp
-
     with LabelWriter(out) as writer:
-        screen = LabelApp(
-            pairs,
-            on_decision=lambda pair, duplicate: writer.label(pair, duplicate, by),
-            labels=labels,
-            subtitle=f"{pairs_file} -> {out}",
-        )
+        screen = label_screen(pairs, writer, by, subtitle=f"{pairs_file} -> {out}")
         decisions = screen.run() or 0
     keys = {pair.key for pair in pairs}
     done = sum(1 for key in screen.labels if key in keys)
@@ -67,4 +63,20 @@ def label_command(
         f"{decisions} decisions this session; {done} of {len(keys)} pairs labelled in {out}",
         highlight=False,
         soft_wrap=True,
+    )
+
+
+def label_screen(pairs: list[Pair], writer: LabelWriter, by: str | None = None, subtitle: str = "") -> LabelApp:
+    """The screen over `pairs`, resuming after the labels already in the writer's file, and
+    appending each decision there (`labelled_by` = `by`). The writer is opened first: it repairs
+    a line torn by a crash, which reading the labels would otherwise refuse."""
+    from streams.labelling.pairs import read_labels
+    from streams.labelling.screen import LabelApp
+
+    labels = {key: bool(record["label"]) for key, record in read_labels(writer.path).items()}
+    return LabelApp(
+        pairs,
+        on_decision=lambda pair, duplicate: writer.label(pair, duplicate, by),
+        labels=labels,
+        subtitle=subtitle,
     )

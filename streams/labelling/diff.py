@@ -7,8 +7,9 @@ three kinds:
 - `number`: a token with a digit in any script. Digits are read with `unicodedata`, so Bangla
   `১২` and ASCII `12` are the same number (as are `১২টি` and `12`: the number, not its suffix),
   and grouping commas are dropped (`1,200` = `1200`).
-- `name`: a capitalised word in Latin script (`Dhaka`, `NASA`, `Obama's`), except a common word
-  that is capitalised only because it starts a sentence (`The`, `In`).
+- `name`: a capitalised word in Latin script (`Dhaka`, `NASA`, `Obama's`); at the start of a
+  sentence only a word in capitals or one the text also capitalises inside a sentence (`The` and
+  `Around` start sentences, they name nothing).
 - `word`: any other word.
 
 Numbers and names differ when the other text does not state them at all (their order does not
@@ -35,69 +36,6 @@ _NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
 _GROUPING_COMMA = re.compile(r"(?<=\d),(?=\d{2,3}\b)")
 _POSSESSIVE = re.compile(r"['\u2019]s$", re.IGNORECASE)
 _SENTENCE_END = (".", "!", "?", "।", "॥", ":", '."', ".”", "…")
-
-# Capitalised only because they start a sentence; anything else capitalised there is taken for a name.
-_SENTENCE_STARTERS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "this",
-        "that",
-        "these",
-        "those",
-        "it",
-        "its",
-        "he",
-        "she",
-        "they",
-        "we",
-        "i",
-        "you",
-        "his",
-        "her",
-        "their",
-        "our",
-        "my",
-        "there",
-        "here",
-        "in",
-        "on",
-        "at",
-        "of",
-        "for",
-        "from",
-        "to",
-        "by",
-        "with",
-        "after",
-        "before",
-        "as",
-        "when",
-        "while",
-        "if",
-        "but",
-        "and",
-        "or",
-        "so",
-        "yet",
-        "also",
-        "however",
-        "meanwhile",
-        "according",
-        "some",
-        "many",
-        "most",
-        "all",
-        "no",
-        "not",
-        "one",
-        "two",
-        "three",
-        "police",
-        "officials",
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -165,23 +103,31 @@ def _is_latin_capital(word: str) -> bool:
 
 
 def tokenize(text: str) -> tuple[Token, ...]:
-    """The words of a text (whitespace-separated, punctuation around them ignored), each with its kind."""
-    tokens: list[Token] = []
+    """The words of a text (whitespace-separated, punctuation around them ignored), each with its kind.
+
+    A capitalised word that starts a sentence may be any word (`Around`, `The`): it is a name only
+    when it is in capitals (`NASA`) or the text also capitalises it inside a sentence."""
+    words: list[tuple[str, int, bool]] = []
     sentence_start = True
     for match in _WHITESPACE_RUN.finditer(text):
         raw = match.group()
         word = _strip_punctuation(raw)
         starts_sentence, sentence_start = sentence_start, raw.endswith(_SENTENCE_END)
-        if not word:
-            continue
-        offset = match.start() + raw.index(word)
+        if word:
+            words.append((word, match.start() + raw.index(word), starts_sentence))
+    keys = [_POSSESSIVE.sub("", word).casefold() for word, _, _ in words]
+    inside = {
+        key for key, (word, _, initial) in zip(keys, words, strict=True) if not initial and _is_latin_capital(word)
+    }
+    tokens: list[Token] = []
+    for key, (word, offset, initial) in zip(keys, words, strict=True):
+        kind: Kind
         if (number := number_key(word)) is not None:
-            kind: Kind = "number"
-            key = number
+            kind, key = "number", number
+        elif len(word) > 1 and _is_latin_capital(word) and (not initial or key in inside or word.isupper()):
+            kind = "name"
         else:
-            key = _POSSESSIVE.sub("", word).casefold()
-            common_starter = starts_sentence and key in _SENTENCE_STARTERS
-            kind = "name" if _is_latin_capital(word) and not common_starter else "word"
+            kind = "word"
         tokens.append(Token(text=word, start=offset, end=offset + len(word), key=key, kind=kind))
     return tuple(tokens)
 
