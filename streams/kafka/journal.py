@@ -1,0 +1,130 @@
+"""The latest record per key of a compacted topic (`dedup.links`, `dedup.candidates`), read to its end now.
+
+A compacted topic is a journal: every change of a key is appended, and the
+latest record of each key is its current value. Compaction runs when the broker
+decides, so a reader sees some superseded records too and must pick the latest
+one itself. This does, for any topic of JSON objects:
+
+- it reads from the beginning up to the end offsets seen at call time (records
+  produced meanwhile are left for the next call), like `dedup replay`;
+- per key, the latest record is the one with the highest `seq` where both
+  records carry one (the order in which Redis recorded the decisions: a worker
+  may send an older decision after a newer one), else the one at the higher
+  offset (a key always lands on one partition, where offsets are its history);
+- a record without a value (a tombstone) deletes its key, as compaction will;
+- a record that cannot be read (no key, not a JSON object, a `seq` that is no
+  positive integer) is skipped and described in `bad`: one bad record never
+  hides the others.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streams.config import Settings
+from streams.kafka.replay import POLL_S, end_offsets
+from streams.kafka.topics import CommandClient
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a kept record came from, and its `seq` if it carries one: what decides which record is newer."""
+
+    partition: int
+    offset: int
+    seq: int | None
+
+    def newer_than(self, other: Position) -> bool:
+        if self.seq is not None and other.seq is not None and self.seq != other.seq:
+            return self.seq > other.seq
+        return (self.offset, self.partition) > (other.offset, other.partition)
+
+
+@dataclass
+class Latest:
+    """The latest record of every key, in the order the keys were last written, and what could not be read."""
+
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    positions: dict[str, Position] = field(default_factory=dict)
+    read: int = 0
+    """Records read, superseded and unreadable ones included."""
+    bad: list[str] = field(default_factory=list)
+    """One line per unreadable record: `topic[partition]@offset: why`."""
+
+
+def _seq(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"seq must be a positive integer, got {value!r}")
+    return value
+
+
+def latest(settings: Settings, topic: str) -> Latest:
+    """Read `topic` from its beginning to its current end; keep the latest JSON record per key.
+
+    RuntimeError in one line when the broker cannot be reached or the topic does not exist.
+    """
+    client = CommandClient(settings)
+    client.reach(AdminClient(client.config()))  # an unreachable broker is one line, not a 30 s hang
+    consumer = Consumer(
+        client.config(
+            **{
+                "group.id": f"dedup-journal-{uuid.uuid4().hex}",  # nothing is committed under it
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+    )
+    result = Latest()
+    try:
+        ends = end_offsets(consumer, topic)
+        remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
+        consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in ends])
+        while remaining:
+            message = consumer.poll(POLL_S)
+            if message is None:
+                continue
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            partition, offset = message.partition(), message.offset()
+            if partition not in remaining or offset >= remaining[partition]:
+                continue
+            if offset + 1 >= remaining[partition]:
+                del remaining[partition]
+            result.read += 1
+            _keep(result, topic, partition, offset, message.key(), message.value())
+    finally:
+        consumer.close()
+    return result
+
+
+def _keep(result: Latest, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    """Fold one record into `result`: it replaces its key's record if it is newer."""
+    where = f"{topic}[{partition}]@{offset}"
+    try:
+        if not key:
+            raise ValueError("record has no key")
+        name = key.decode()
+        record = orjson.loads(value) if value is not None else None
+        if record is not None and not isinstance(record, dict):
+            raise ValueError(f"record is a JSON {type(record).__name__}, not an object")
+        position = Position(partition, offset, _seq(record.get("seq")) if record is not None else None)
+    except (orjson.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        result.bad.append(f"{where}: {exc}")
+        return
+    kept = result.positions.get(name)
+    if kept is not None and not position.newer_than(kept):
+        return
+    result.records.pop(name, None)  # the latest write goes last
+    if record is None:
+        result.positions[name] = position  # a tombstone: the key is gone, unless a newer record comes
+        return
+    result.records[name] = record
+    result.positions[name] = position
