@@ -1,0 +1,436 @@
+"""What a text states: numbers, scores, dates and names, and whether two texts contradict.
+
+Embeddings place two reports of two different football matches almost on top of each
+other: same teams, same verbs, same shape. What tells them apart is what they state
+(3-1 against 2-0, Saturday against Wednesday, 2018 against 2019). This module pulls a
+compact fact set out of a text and compares two of them, so the semantic stage can hold
+back a link whose texts disagree.
+
+Disagreement means *conflicting* facts, not missing ones: a paraphrase or a translation
+often leaves a number out, so a kind of fact is compared only when both texts state it,
+and by default it conflicts only when the two sets have nothing in common (`Rule.DISJOINT`;
+`benchmarks/fact_check.py` measures the stricter rules).
+
+Across languages:
+
+- digits of every script (Bangla, Devanagari, Arabic-Indic, fullwidth, ...) are read as
+  ASCII through `unicodedata`, so Bangla 10,000 is 10,000;
+- thousands separators (`3,000`, and the Indian grouping `10,00,000`), decimals, and scale
+  words in English and Bangla (`1.1 million` = 11 `লাখ`, `£2.8bn` = 2.8 `বিলিয়ন`) are
+  folded into one value; a percentage is its number; Bangla `সাড়ে` N (N and a half),
+  N `দশমিক` M (N.M), `দেড়` (1.5) and `আড়াই` (2.5) are read as their values;
+- clock times (`9:35 am`) are dropped: translations write them as words or in other
+  forms (`সকাল ৯টা ৩৫ মিনিটে`, `আড়াইটায়`), and a time alone rarely tells two stories apart;
+- months and weekdays are read in English and Bangla; years are 1800-2099;
+- names are capitalised Latin-script words, which Bangla does not have (a Bangla text
+  spells Liverpool `লিভারপুল`), so names are compared only between two texts of one
+  language (`same_language`), never across languages.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+
+from streams.features.text import normalize_text
+
+MAX_PER_KIND = 32
+"""Distinct facts of one kind kept (the first in the text): a fact set stays a few hundred bytes."""
+
+# ----------------------------------------------------------------------------- vocabularies
+
+_MONTHS_EN = {
+    "january": 1, "jan": 1, "february": 2, "feb": 2, "march": 3, "mar": 3, "april": 4, "apr": 4, "may": 5,
+    "june": 6, "jun": 6, "july": 7, "jul": 7, "august": 8, "aug": 8, "september": 9, "sept": 9, "sep": 9,
+    "october": 10, "oct": 10, "november": 11, "nov": 11, "december": 12, "dec": 12,
+}  # fmt: skip
+_MONTHS_BN = {
+    "জানুয়ারি": 1, "জানুয়ারী": 1, "ফেব্রুয়ারি": 2, "ফেব্রুয়ারী": 2, "মার্চ": 3, "এপ্রিল": 4, "মে": 5,
+    "জুন": 6, "জুলাই": 7, "আগস্ট": 8, "আগষ্ট": 8, "সেপ্টেম্বর": 9, "অক্টোবর": 10, "নভেম্বর": 11,
+    "ডিসেম্বর": 12,
+}  # fmt: skip
+_WEEKDAYS_EN = {
+    "monday": 1, "tuesday": 2, "wednesday": 3, "thursday": 4, "friday": 5, "saturday": 6, "sunday": 7,
+}  # fmt: skip
+_WEEKDAYS_BN = {
+    "সোমবার": 1, "মঙ্গলবার": 2, "বুধবার": 3, "বৃহস্পতিবার": 4, "শুক্রবার": 5, "শনিবার": 6, "রবিবার": 7,
+    "রোববার": 7,
+}  # fmt: skip
+_SCALES = {
+    "thousand": 3, "million": 6, "billion": 9, "trillion": 12, "bn": 9, "lakh": 5, "lac": 5, "lakhs": 5,
+    "crore": 7, "crores": 7, "হাজার": 3, "লাখ": 5, "লক্ষ": 5, "কোটি": 7, "মিলিয়ন": 6, "বিলিয়ন": 9,
+    "ট্রিলিয়ন": 12,
+}  # fmt: skip
+_CURRENCY_SCALES = {"m": 6, "k": 3, "b": 9}
+"""`£125m`, `$5k`: one letter means a scale only right after a currency amount (`30m` may be metres)."""
+# Capitalised words that are not names: function words that start sentences, titles, and the like.
+_NOT_NAMES = frozenset(
+    """a an and as at but by for from he her his i if in is it its of on or our she so that the their them then
+    there these they this those to we what when where which while who why with you your after before during
+    since until also however meanwhile yesterday today tomorrow mr mrs ms dr sir rev st jr sr president prime
+    minister secretary chief general senator governor judge officer spokesman spokeswoman chairman director
+    professor captain coach king queen prince princess lord lady pope bishop father reverend government state
+    department ministry university court police army party news said says according one two three four five
+    six seven eight nine ten first second third last next new all some many most more other such both each
+    no not only just even still now here am pm gmt utc ap reuters afp""".split()  # noqa: SIM905
+)
+
+# ----------------------------------------------------------------------------- patterns
+
+
+def _bn(word: str) -> str:
+    """A Bangla word in the spelling `normalize_text` gives (nukta letters composed)."""
+    return normalize_text(word)
+
+
+_BN_LETTER = "\u0980-\u09ff"
+_BN_SUFFIX = _bn("(?:েরও|য়ের|য়ে|ের|ে|র|েই|এ|য়|ও|তে)?")
+"""Case endings a Bangla month or weekday may carry (`মার্চের`, `সেপ্টেম্বরে`): a short list, since
+longer words start with month names (`জুনিয়র`, junior; `মেয়ে`, girl)."""
+
+
+def _alternation(words: Iterable[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+_NUM = r"\d{1,3}(?:,\d{2,3})+(?!\d)|\d+"
+"""Digits, with thousands separators (Western 10,000 and Indian 10,00,000 grouping)."""
+_EN_MONTH = rf"(?P<{{g}}>(?:{_alternation(m.capitalize() for m in _MONTHS_EN)})\b\.?)"
+_BN_MONTH = rf"(?P<{{g}}>(?:{_alternation(_bn(m) for m in _MONTHS_BN)}){_BN_SUFFIX}(?![{_BN_LETTER}]))"
+_DAY = r"(?P<{g}>[0-3]?\d)(?:st|nd|rd|th|ই|লা|শে|তারিখ)?(?: ?- ?(?P<{g}2>[0-3]?\d)(?:st|nd|rd|th)?)?"
+"""A day of the month, or a range of days (`22-24 October`)."""
+
+_CLOCK = re.compile(
+    r"(?<![\d.])(?:\d{1,2}:\d{2}(?:\s?(?:[ap]\.?m\b\.?|GMT|UTC|BST|EST|EDT|ET|PT))?"
+    r"|\d{1,2}\.\d{2}\s?[ap]\.?m\b\.?|\d{4}\s?(?:GMT|UTC|BST|EST|EDT))(?!\d)",
+    re.I,
+)
+_DAY_MONTH = re.compile(
+    rf"(?<![\d.,]){_DAY.format(g='day')}(?:\s+of)?\s+(?:{_EN_MONTH.format(g='month')}|{_BN_MONTH.format(g='bnmonth')})"
+)
+_MONTH_DAY = re.compile(
+    rf"(?:{_EN_MONTH.format(g='month')}|{_BN_MONTH.format(g='bnmonth')})\s+{_DAY.format(g='day')}(?![\d.,]?\d)"
+)
+_MONTH = re.compile(rf"{_EN_MONTH.format(g='month')}|{_BN_MONTH.format(g='bnmonth')}")
+_WEEKDAY = re.compile(
+    r"\b(?P<en>Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?\b"
+    rf"|(?P<bn>{_alternation(_bn(w) for w in _WEEKDAYS_BN)}){_BN_SUFFIX}(?![{_BN_LETTER}])"
+)
+_SCORE = re.compile(r"(?<![\d.,:/-])(\d{1,2}) ?- ?(\d{1,2})(?![\d.,:/%]|-\d|\s?(?:per|%))")
+_YEAR = re.compile(r"(?<![\d.,$£€₹৳])(1[89]\d\d|20\d\d)(?![\d%]|[.,]\d|\s?(?:percent|per cent|শতাংশ))")
+_NUMBER = re.compile(
+    rf"(?<![\w.,])(?P<cur>[$£€¥₹৳]\s?)?(?P<num>{_NUM})(?P<frac>\.\d+)?"
+    rf"(?:\s?(?P<scale>{_alternation(_bn(w) for w in _SCALES)})(?![A-Za-z])[{_BN_LETTER}]*"
+    r"|(?P<curscale>[mkb])\b)?"
+)
+_BN_DECIMAL = re.compile(r"(\d+)\s*" + _bn("দশমিক") + r"\s*(\d+)")
+_BN_HALF = re.compile(_bn("সাড়ে") + r"\s*(\d+)")
+_BN_FRACTIONS = re.compile(rf"(?<![{_BN_LETTER}])(?P<w>{_bn('দেড়')}|{_bn('আড়াই')})")
+_BN_FRACTION_VALUES = {_bn("দেড়"): "1.5", _bn("আড়াই"): "2.5"}
+_SENTENCE = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n+|^")
+_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z\u00c0-\u024f'\-&.]*")
+_BN_MONTH_NAMES = {_bn(k): v for k, v in _MONTHS_BN.items()}
+_BN_WEEKDAY_NAMES = {_bn(k): v for k, v in _WEEKDAYS_BN.items()}
+_BN_SCALES = {_bn(k): v for k, v in _SCALES.items()}
+
+# ----------------------------------------------------------------------------- the fact set
+
+
+class Kind(StrEnum):
+    """Kinds of fact, each compared on its own. The value is the short key of the JSON form."""
+
+    SCORES = "s"
+    NUMBERS = "n"
+    DATES = "d"
+    YEARS = "y"
+    MONTHS = "m"
+    WEEKDAYS = "w"
+    NAMES = "p"
+
+
+KIND_LABELS = {
+    Kind.SCORES: "scores",
+    Kind.NUMBERS: "numbers",
+    Kind.DATES: "dates",
+    Kind.YEARS: "years",
+    Kind.MONTHS: "months",
+    Kind.WEEKDAYS: "weekdays",
+    Kind.NAMES: "names",
+}
+DEFAULT_KINDS: tuple[Kind, ...] = tuple(Kind)
+CROSS_LANGUAGE_KINDS: frozenset[Kind] = frozenset(Kind) - {Kind.NAMES}
+"""Names are Latin-script words: a Bangla text spells them in its own script, so they never meet."""
+_WEEKDAY_LABELS = ("", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+class Rule(StrEnum):
+    """When two sets of one kind of fact conflict (both sets non-empty)."""
+
+    DISJOINT = "disjoint"
+    """They share nothing: 3-1 against 2-0; but `{2019}` against `{2018, 2019}` agrees."""
+    EXCLUSIVE = "exclusive"
+    """Each has a fact the other lacks: neither is contained in the other."""
+    DIFFERENT = "different"
+    """They are not equal: a fact one text adds is a conflict too."""
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The facts one text states, each kind in text order, distinct, at most MAX_PER_KIND.
+
+    Values are canonical strings: numbers as plain decimals (`2800000000`, `4.4`), scores
+    as `high-low`, years `2019`, dates `MM-DD`, months `MM`, weekdays `1`-`7`, names lower case.
+    """
+
+    numbers: tuple[str, ...] = ()
+    scores: tuple[str, ...] = ()
+    years: tuple[str, ...] = ()
+    dates: tuple[str, ...] = ()
+    months: tuple[str, ...] = ()
+    weekdays: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+    def of(self, kind: Kind) -> tuple[str, ...]:
+        return getattr(self, KIND_LABELS[kind])
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+    def to_json(self) -> dict[str, list[str]]:
+        """Compact form for a vector payload or a link record: short keys, empty kinds left out."""
+        return {kind.value: list(self.of(kind)) for kind in Kind if self.of(kind)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Sequence[str]] | None) -> Facts:
+        if not data:
+            return cls()
+        return cls(**{KIND_LABELS[Kind(key)]: tuple(str(v) for v in values) for key, values in data.items()})
+
+
+def _first(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))[:MAX_PER_KIND]
+
+
+def _ascii_digits(text: str) -> str:
+    """Digits of every script as ASCII (`২০১৯` is `2019`); `\\d` in `re` matches them all."""
+    if text.isascii():
+        return text
+    return re.sub(r"\d", lambda m: str(unicodedata.decimal(m.group(0), 0)), text)
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    """The text with the spans already read replaced by spaces (offsets keep their meaning)."""
+    chars = list(text)
+    for start, end in spans:
+        chars[start:end] = " " * (end - start)
+    return "".join(chars)
+
+
+def _month(match: re.Match[str]) -> int:
+    en = match.group("month")
+    if en:
+        return _MONTHS_EN[en.rstrip(".").lower()]
+    word = match.group("bnmonth")
+    for name, number in _BN_MONTH_NAMES.items():
+        if word.startswith(name):
+            return number
+    raise ValueError(word)
+
+
+def _not_a_month(match: re.Match[str], text: str) -> bool:
+    """Whether a month name is another word: English `May` opening a sentence without a date
+    after it ("May be"), or Bangla `মে` (also a common word) with no digit or `মাস` (month) beside it."""
+    if match.group("month") == "May":
+        before = text[: match.start()].rstrip()
+        return (not before or before[-1] in '.!?"\n') and not re.match(r"\s*\d", text[match.end() :])
+    word = match.group("bnmonth")
+    if not word or _month(match) != 5:
+        return False
+    around = text[max(0, match.start() - 4) : match.end() + 6]
+    return not (re.search(r"\d", around) or _bn("মাস") in around)
+
+
+def _number_value(match: re.Match[str]) -> str | None:
+    digits = match.group("num").replace(",", "") + (match.group("frac") or "")
+    try:
+        value = Decimal(digits)
+    except InvalidOperation:
+        return None
+    scale = match.group("scale")
+    if scale:
+        value = value.scaleb(_SCALES.get(scale.lower()) or _BN_SCALES.get(scale, 0))
+    elif match.group("curscale") and match.group("cur"):
+        value = value.scaleb(_CURRENCY_SCALES[match.group("curscale")])
+    return format_number(value)
+
+
+def format_number(value: Decimal) -> str:
+    """A plain decimal without exponent or trailing zeros: `2.8e9` is `2800000000`, `4.50` is `4.5`."""
+    text = f"{value.normalize():f}"
+    return text
+
+
+def _names(text: str) -> list[str]:
+    """Capitalised Latin-script words that are not sentence-initial function words, titles or dates."""
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        words = list(_WORD.finditer(sentence))
+        if len(words) >= 4 and not any(w.group(0).islower() and len(w.group(0)) >= 4 for w in words):
+            continue  # a headline in title case (no lower-case word but "of", "and", ...): names or not
+        for i, match in enumerate(words):
+            word = match.group(0).rstrip(".-'&")
+            if word.endswith("'s"):
+                word = word[:-2]
+            if not word or not word[0].isupper():
+                continue
+            low = word.lower()
+            if low in _NOT_NAMES or low in _MONTHS_EN or low.rstrip("s") in _WEEKDAYS_EN:
+                continue
+            acronym = len(word) > 1 and word.replace(".", "").isupper()
+            if i == 0 and not acronym:
+                # A sentence's first word is capitalised whatever it is: a name only when a
+                # capitalised word follows it directly ("Gyorgy Heizler said").
+                nxt = words[1].group(0) if len(words) > 1 else ""
+                if not (nxt[:1].isupper() and words[1].start() - match.end() <= 1):
+                    continue
+            out.append(low)
+    return out
+
+
+def extract_facts(text: str) -> Facts:
+    """The facts `text` states (any language; Bangla and English read in full)."""
+    # Line by line: normalize_text collapses the newline that ends a headline (`document_text`).
+    text = _ascii_digits("\n".join(normalize_text(line) for line in text.splitlines()))
+    if any("\u0980" <= ch <= "\u09ff" for ch in text):
+        text = _BN_DECIMAL.sub(r"\1.\2", text)
+        text = _BN_HALF.sub(r"\1.5", text)
+        text = _BN_FRACTIONS.sub(lambda m: _BN_FRACTION_VALUES[m.group("w")], text)
+    names = _names(text)
+    spans: list[tuple[int, int]] = [m.span() for m in _CLOCK.finditer(text)]
+    work = _blank(text, spans)
+
+    dates: list[tuple[int, str]] = []
+    months: list[tuple[int, str]] = []
+    for pattern in (_DAY_MONTH, _MONTH_DAY):
+        for m in pattern.finditer(work):
+            days = [int(d) for d in (m.group("day"), m.group("day2")) if d]
+            if all(1 <= day <= 31 for day in days):
+                month = _month(m)
+                dates.extend((m.start(), f"{month:02d}-{day:02d}") for day in days)
+                months.append((m.start(), f"{month:02d}"))
+                spans.append(m.span())
+        work = _blank(text, spans)
+    for m in _MONTH.finditer(work):
+        if _not_a_month(m, work):
+            continue
+        months.append((m.start(), f"{_month(m):02d}"))
+        spans.append(m.span())
+    work = _blank(text, spans)
+
+    weekdays: list[tuple[int, str]] = []
+    for m in _WEEKDAY.finditer(work):
+        number = _WEEKDAYS_EN[m.group("en").lower()] if m.group("en") else _BN_WEEKDAY_NAMES[m.group("bn")]
+        weekdays.append((m.start(), str(number)))
+
+    scores: list[tuple[int, str]] = []
+    for m in _SCORE.finditer(work):
+        a, b = int(m.group(1)), int(m.group(2))
+        scores.append((m.start(), f"{max(a, b)}-{min(a, b)}"))
+        spans.append(m.span())
+    work = _blank(text, spans)
+
+    years: list[tuple[int, str]] = []
+    for m in _YEAR.finditer(work):
+        years.append((m.start(), m.group(1)))
+        spans.append(m.span())
+    work = _blank(text, spans)
+
+    numbers: list[tuple[int, str]] = []
+    for m in _NUMBER.finditer(work):
+        value = _number_value(m)
+        if value is not None:
+            numbers.append((m.start(), value))
+
+    def ordered(found: list[tuple[int, str]]) -> tuple[str, ...]:
+        return _first(value for _, value in sorted(found, key=lambda item: item[0]))
+
+    return Facts(
+        numbers=ordered(numbers),
+        scores=ordered(scores),
+        years=ordered(years),
+        dates=ordered(dates),
+        months=ordered(months),
+        weekdays=ordered(weekdays),
+        names=_first(names),
+    )
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def _numbers_equal(a: str, b: str, tolerance: float) -> bool:
+    if a == b:
+        return True
+    if tolerance <= 0:
+        return False
+    x, y = float(a), float(b)
+    return abs(x - y) <= tolerance * max(abs(x), abs(y))
+
+
+def _shared(a: Sequence[str], b: Sequence[str], kind: Kind, tolerance: float) -> tuple[int, int]:
+    """How many of `a` have a match in `b`, and how many of `b` have one in `a`."""
+    if kind is Kind.NUMBERS and tolerance > 0:
+        in_b = sum(any(_numbers_equal(x, y, tolerance) for y in b) for x in a)
+        in_a = sum(any(_numbers_equal(x, y, tolerance) for x in a) for y in b)
+        return in_b, in_a
+    common = set(a) & set(b)
+    return sum(x in common for x in a), sum(y in common for y in b)
+
+
+def conflicts(a: Sequence[str], b: Sequence[str], rule: Rule, kind: Kind, tolerance: float = 0.0) -> bool:
+    """Whether two sets of one kind of fact conflict under `rule` (never when either is empty)."""
+    if not a or not b:
+        return False
+    in_b, in_a = _shared(a, b, kind, tolerance)
+    if rule is Rule.DISJOINT:
+        return in_b == 0
+    if rule is Rule.EXCLUSIVE:
+        return in_b < len(a) and in_a < len(b)
+    return in_b < len(a) or in_a < len(b)
+
+
+def _show(kind: Kind, values: Sequence[str]) -> str:
+    if kind is Kind.WEEKDAYS:
+        values = [_WEEKDAY_LABELS[int(v)] for v in values]
+    shown = ", ".join(values[:6])
+    return shown + (", ..." if len(values) > 6 else "")
+
+
+def disagreement(
+    a: Facts,
+    b: Facts,
+    *,
+    same_language: bool = True,
+    rule: Rule = Rule.DISJOINT,
+    kinds: Iterable[Kind] = DEFAULT_KINDS,
+    tolerance: float = 0.0,
+) -> str | None:
+    """Why two texts cannot report the same story, or None when their facts do not conflict.
+
+    The reason names each kind that conflicts with both sides' facts, e.g.
+    `"scores 3-1 vs 2-0; weekdays Saturday vs Wednesday"`. Names are compared only
+    when `same_language` (see the module docstring); `tolerance` is the relative
+    difference two numbers may have and still agree (0: they must be equal).
+    """
+    reasons = []
+    for kind in kinds:
+        if kind not in CROSS_LANGUAGE_KINDS and not same_language:
+            continue
+        x, y = a.of(kind), b.of(kind)
+        if conflicts(x, y, rule, kind, tolerance):
+            reasons.append(f"{KIND_LABELS[kind]} {_show(kind, x)} vs {_show(kind, y)}")
+    return "; ".join(reasons) or None

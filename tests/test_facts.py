@@ -1,0 +1,201 @@
+"""The fact check's reading of texts (streams.features.facts), mostly on real text from ../shared/data.
+
+A translation or a paraphrase must not disagree with its original; two reports that state
+different results must, with a reason that says which facts differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.evaluation.corpus import NtrexDocument
+from streams.features.facts import (
+    Facts,
+    Kind,
+    Rule,
+    conflicts,
+    disagreement,
+    extract_facts,
+)
+from streams.features.text import document_text
+
+
+def _rising(shared_data: Path) -> list[tuple[str, str]]:
+    folder = shared_data / "risingnews_bn_en"
+    en = (folder / "RisingNews.valid.en").read_text(encoding="utf-8-sig").splitlines()
+    bn = (folder / "RisingNews.valid.bn").read_text(encoding="utf-8-sig").splitlines()
+    return list(zip(en, bn, strict=True))
+
+
+def _rising_pair(shared_data: Path, starts: str) -> tuple[str, str]:
+    return next(pair for pair in _rising(shared_data) if pair[0].startswith(starts))
+
+
+def _ntrex_line(ntrex: list[NtrexDocument], starts: str) -> tuple[str, str]:
+    for doc in ntrex:
+        for en, bn in zip(doc.english, doc.bengali, strict=True):
+            if en.startswith(starts):
+                return en, bn
+    raise LookupError(starts)
+
+
+# ----------------------------------------------------------------------------- reading numbers
+
+
+def test_bangla_digits_and_thousands_separators_read_as_ascii(ntrex: list[NtrexDocument]) -> None:
+    en, bn = _ntrex_line(ntrex, "\"It's so easy to be presidential")
+    assert extract_facts(en).numbers == ("10000", "200")
+    assert extract_facts(bn).numbers == ("10000", "200")  # Bangla digits, "10,000" and "200"
+
+
+def test_indian_grouping_and_other_digit_scripts() -> None:
+    assert extract_facts("\u09e7\u09e6,\u09e6\u09e6,\u09e6\u09e6\u09e6 জন").numbers == ("1000000",)  # 10,00,000
+    assert extract_facts("१२३ लोग").numbers == ("123",)  # Devanagari
+    assert extract_facts("\uff13\uff10 people").numbers == ("30",)  # fullwidth, through NFKC
+
+
+def test_scale_words_agree_across_languages(shared_data: Path, ntrex: list[NtrexDocument]) -> None:
+    en, bn = _rising_pair(shared_data, "Speaking on the occasion, she said")
+    assert extract_facts(en).numbers == extract_facts(bn).numbers == ("1100000",)  # 1.1 million = ১১ লাখ
+    en, bn = _ntrex_line(ntrex, "As part of a substantial push into the UK")
+    assert extract_facts(en).numbers[0] == extract_facts(bn).numbers[0] == "2800000000"  # £2.8bn = ২.৮ বিলিয়ন
+
+
+def test_bangla_half_and_decimal_words(shared_data: Path) -> None:
+    en, bn = _rising_pair(shared_data, "The finance minister said, the World Bank")
+    assert extract_facts(en).numbers == extract_facts(bn).numbers == ("6.5",)  # সাড়ে ৬
+    assert extract_facts("২ দশমিক ১৮ শতাংশ").numbers == ("2.18",)
+    assert extract_facts("দেড় লাখ টাকা").numbers == ("150000",)
+
+
+def test_percent_is_its_number_and_currency_scale_letters() -> None:
+    assert extract_facts("up 4.4% to A$4.56").numbers == ("4.4", "4.56")
+    assert extract_facts("rose 4.4 percent").numbers == ("4.4",)
+    assert extract_facts("for £125m, and 30m away").numbers == ("125000000", "30")
+
+
+def test_clock_times_are_left_out(shared_data: Path) -> None:
+    en, bn = _rising_pair(shared_data, "Earlier, Prime Minister Sheikh Hasina left")
+    assert extract_facts(en).numbers == ()  # 9:35 am
+    assert disagreement(extract_facts(en), extract_facts(bn), same_language=False) is None
+
+
+# ----------------------------------------------------------------------------- dates
+
+
+def test_dates_in_english_and_bangla(shared_data: Path) -> None:
+    en, bn = _rising_pair(shared_data, "She will hold bilateral meetings with her Indian counterpart")
+    assert extract_facts(en).dates == extract_facts(bn).dates == ("09-24", "09-28")
+    en, bn = _rising_pair(shared_data, "Uday Hakim was born on 25 March in 1975")
+    for facts in (extract_facts(en), extract_facts(bn)):
+        assert facts.dates == ("03-25",)
+        assert facts.years == ("1975",)
+
+
+def test_day_ranges_read_both_days(shared_data: Path) -> None:
+    en, bn = _rising_pair(shared_data, "The President will attend Japanese new emperor")
+    assert extract_facts(en).dates == extract_facts(bn).dates == ("10-22", "10-24")
+
+
+def test_weekdays_and_months_that_are_other_words() -> None:
+    assert extract_facts("শনিবার লন্ডনে").weekdays == ("6",)
+    assert extract_facts("Liverpool battles Napoli on Wednesday.").weekdays == ("3",)
+    assert extract_facts("May be it will rain. It rained in May.").months == ("05",)
+    assert extract_facts("তার মেয়ে জুনিয়র দলে খেলে").months == ()  # girl, junior: not May, not June
+    assert extract_facts("৩১ মে মক্কায়").dates == ("05-31",)
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def test_names_skip_sentence_openers_titles_and_headlines() -> None:
+    facts = extract_facts(
+        "Sainsbury's Doubles Beauty Space As Shoppers Spend More\n"
+        "The expert, Tiffany Ng of the University of Michigan, said. Shares rose."
+    )
+    assert facts.names == ("tiffany", "ng", "michigan")
+
+
+def test_names_are_not_compared_across_languages(ntrex: list[NtrexDocument]) -> None:
+    en, bn = _ntrex_line(ntrex, "Daniel Sturridge saved Liverpool")
+    a, b = extract_facts(en), extract_facts(bn)
+    assert "liverpool" in a.names and b.names == ()
+    assert disagreement(a, b, same_language=False) is None
+    english_elsewhere = extract_facts("Lorenzo Insigne scored twice for Napoli in Naples.")
+    assert disagreement(a, english_elsewhere, same_language=False) is None
+    assert disagreement(a, english_elsewhere) is not None
+
+
+# ----------------------------------------------------------------------------- disagreeing
+
+
+def test_two_different_matches_disagree_with_a_reason(ntrex: list[NtrexDocument]) -> None:
+    en, _ = _ntrex_line(ntrex, "Chelsea led 1-0 at halftime")
+    other = en.replace("1-0", "2-0").replace("25th", "40th")
+    reason = disagreement(extract_facts(en), extract_facts(other))
+    assert reason == "scores 1-0 vs 2-0; numbers 25 vs 40"
+
+
+def test_a_translation_of_the_match_report_agrees(ntrex: list[NtrexDocument]) -> None:
+    for start in ("Chelsea led 1-0 at halftime", "Sturridge received a pass", "Liverpool battles Napoli"):
+        en, bn = _ntrex_line(ntrex, start)
+        assert disagreement(extract_facts(en), extract_facts(bn), same_language=False) is None, start
+
+
+def test_missing_facts_are_no_conflict() -> None:
+    stated = extract_facts("Arsenal beat Chelsea 3-1 on Saturday in front of 60,000 fans.")
+    assert disagreement(stated, extract_facts("Arsenal beat Chelsea, the fans were delighted.")) is None
+    assert disagreement(stated, Facts()) is None
+
+
+def test_whole_ntrex_translations_rarely_disagree(ntrex: list[NtrexDocument]) -> None:
+    """The human Bengali translation of each of the 62 NTREX articles against its English original."""
+    flagged = []
+    for doc in ntrex:
+        en = document_text(doc.english[0], " ".join(doc.english[1:]))
+        bn = document_text(doc.bengali[0], " ".join(doc.bengali[1:]))
+        reason = disagreement(extract_facts(en), extract_facts(bn), same_language=False)
+        if reason:
+            flagged.append((doc.doc_id, reason))
+    assert flagged == []
+
+
+def test_human_edits_of_ntrex_articles_agree(ntrex: list[NtrexDocument]) -> None:
+    flagged = []
+    for doc in ntrex:
+        en = extract_facts(document_text(doc.english[0], " ".join(doc.english[1:])))
+        for edit in (doc.english_gb, doc.english_us, doc.english_in):
+            reason = disagreement(en, extract_facts(document_text(edit[0], " ".join(edit[1:]))))
+            if reason:
+                flagged.append((doc.doc_id, reason))
+    assert len(flagged) <= 3, flagged
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        (Rule.DISJOINT, [False, False, True]),
+        (Rule.EXCLUSIVE, [False, True, True]),
+        (Rule.DIFFERENT, [True, True, True]),
+    ],
+)
+def test_rules(rule: Rule, expected: list[bool]) -> None:
+    cases = [(("2019",), ("2018", "2019")), (("3", "1"), ("1", "0")), (("3",), ("2",))]
+    assert [conflicts(a, b, rule, Kind.YEARS) for a, b in cases] == expected
+
+
+def test_numbers_within_a_tolerance() -> None:
+    assert conflicts(("34000000000",), ("33400000000",), Rule.DISJOINT, Kind.NUMBERS)
+    assert not conflicts(("34000000000",), ("33400000000",), Rule.DISJOINT, Kind.NUMBERS, tolerance=0.02)
+
+
+def test_json_round_trip_is_compact() -> None:
+    facts = extract_facts("Arsenal beat Chelsea 3-1 on Saturday, 12 May 2019, before 60,000 fans.")
+    data = facts.to_json()
+    assert data == {
+        "s": ["3-1"], "n": ["60000"], "d": ["05-12"], "y": ["2019"], "m": ["05"], "w": ["6"], "p": ["chelsea"]
+    }  # fmt: skip
+    assert Facts.from_json(data) == facts
+    assert Facts.from_json(None) == Facts() and not Facts()
