@@ -51,6 +51,19 @@ class StateStore(Protocol):
 
     def group_size(self, canonical_id: str) -> int: ...
 
+    # A relink (streams.core.relink) changes verdicts already given; the cascade itself never does.
+
+    def replace_verdict(self, link: Link, expected: Link) -> bool:
+        """Replace the document's verdict `expected` (compared as `Link`s compare) by `link`; False,
+        and nothing written, when its verdict is another by now. A shared store keeps `link.seq`
+        when given (a replayed change) or draws the next one, as `record_verdict` does."""
+
+    def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
+        """Take a canonical out of the band sets (it is a duplicate now); absent is fine."""
+
+    def shrink_group(self, canonical_id: str) -> int:
+        """Count one member fewer in the canonical's group; returns the new size (at least 1)."""
+
 
 class VectorStore(Protocol):
     """Canonical vectors, one collection per embedding model, searched in a time window."""

@@ -24,7 +24,16 @@ from streams.core.model import Canonical, Link
 from streams.core.ports import Reads
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import RedisStateStore
-from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceWrite, VerdictWrite, Write
+from streams.stores.writes import (
+    CanonicalWrite,
+    ClaimWrite,
+    GrowWrite,
+    RemoveCanonicalWrite,
+    ReplaceVerdictWrite,
+    ReplaceWrite,
+    VerdictWrite,
+    Write,
+)
 
 T = TypeVar("T")
 
@@ -48,6 +57,8 @@ class BatchedState:
         self._new: dict[tuple[str, int, int], list[Canonical]] = {}
         """Canonicals made in this batch, by (language, band index, band value)."""
         self._made: set[str] = set()
+        self._removed: set[str] = set()
+        """Canonicals a relink took out of the band sets in this batch."""
         self._writes: list[Write] = []
 
     def warm(self, reads: Reads) -> None:
@@ -129,7 +140,8 @@ class BatchedState:
             for index, value in enumerate(query[1])
             for canonical in self._new.get((language, index, value), ())
         }
-        return self._bands[query] + sorted(made_here.values(), key=lambda canonical: canonical.seq)
+        stored = [c for c in self._bands[query] if c.doc_id not in self._removed]
+        return stored + sorted(made_here.values(), key=lambda canonical: canonical.seq)
 
     def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
         if canonical_id in self._made:
@@ -145,6 +157,29 @@ class BatchedState:
         self._groups[canonical_id] = size
         self._writes.append(GrowWrite(canonical_id, 1))
         return size
+
+    def shrink_group(self, canonical_id: str) -> int:
+        size = max(1, self.group_size(canonical_id) - 1)
+        self._groups[canonical_id] = size
+        self._writes.append(GrowWrite(canonical_id, -1))
+        return size
+
+    def replace_verdict(self, link: Link, expected: Link) -> bool:
+        """Checked against the snapshot now, and against Redis again when the batch is flushed."""
+        current = self.verdict_of(link.doc_id)
+        if current != expected:
+            return False
+        assert current is not None
+        self._verdicts[link.doc_id] = link
+        self._writes.append(ReplaceVerdictWrite(link, current))
+        return True
+
+    def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
+        self._removed.add(canonical_id)
+        self._made.discard(canonical_id)
+        for made in self._new.values():
+            made[:] = [c for c in made if c.doc_id != canonical_id]
+        self._writes.append(RemoveCanonicalWrite(canonical_id, language, tuple(bands)))
 
     def group_size(self, canonical_id: str) -> int:
         if canonical_id not in self._groups:

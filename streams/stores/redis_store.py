@@ -13,7 +13,7 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 | `s:{seq >> 8}` | seq | the canonical's simhash (16 hex digits) followed by its doc_id |
 | `b:{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
 | `g:{B(doc_id)}` | doc_id | members of a canonical's group besides itself |
-| `seq` (string) | | the last canonical `seq` given out |
+| `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 
 Every value that holds a caller's strings ends with them (after fixed-width fields,
@@ -22,7 +22,8 @@ encoding.
 
 Writes come from the streaming agents in batches (`apply`): fenced by the
 registration lease, checked against the verdicts already recorded, and applied
-in one MULTI/EXEC transaction (see `apply`).
+in one MULTI/EXEC transaction (see `apply`). `dedup relink` writes the same way,
+its verdict replacements checked against the verdicts it was planned on.
 
 Buckets stay small enough for the compact encoding up to about 100,000 canonicals
 (`benchmarks/redis_memory.py` measures bytes per canonical). Claims,
@@ -43,7 +44,16 @@ from redis.client import Pipeline
 
 from streams.core.model import CONTENT_KEY_CHARS, Canonical, Link, Stage, Verdict
 from streams.stores.redis_lock import Lease, LeaseLost
-from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceWrite, VerdictWrite, Write
+from streams.stores.writes import (
+    CanonicalWrite,
+    ClaimWrite,
+    GrowWrite,
+    RemoveCanonicalWrite,
+    ReplaceVerdictWrite,
+    ReplaceWrite,
+    VerdictWrite,
+    Write,
+)
 
 _SIMHASH_HEX = 16
 
@@ -103,6 +113,51 @@ return seq
 """
 
 
+# KEYS: v bucket, vseq counter; ARGV: doc_id, the encoded verdict, its seq (0: draw the next one), the
+# encoded verdict it replaces. Nothing is written unless the stored verdict is still that one.
+_REPLACE_VERDICT = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current or string.sub(current, string.find(current, ' ', 1, true) + 1) ~= ARGV[4] then return 0 end
+local seq = tonumber(ARGV[3])
+if seq <= 0 then
+  seq = redis.call('INCR', KEYS[2])
+elseif seq > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], seq)
+end
+redis.call('HSET', KEYS[1], ARGV[1], seq .. ' ' .. ARGV[2])
+return seq
+"""
+# KEYS: c bucket, 4 band buckets; ARGV: doc_id, 4 band values, s-bucket prefix. Takes the canonical's seq
+# out of its band entries and forgets its s: entry; the seq counter is left alone (seqs are never reused).
+_REMOVE_CANONICAL = """
+local seq = redis.call('HGET', KEYS[1], ARGV[1])
+if not seq then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', ARGV[6] .. math.floor(tonumber(seq) / 256), seq)
+for i = 2, 5 do
+  local current = redis.call('HGET', KEYS[i], ARGV[i])
+  if current then
+    local kept = {}
+    for token in string.gmatch(current, '%S+') do
+      if token ~= seq then kept[#kept + 1] = token end
+    end
+    if #kept == 0 then
+      redis.call('HDEL', KEYS[i], ARGV[i])
+    else
+      redis.call('HSET', KEYS[i], ARGV[i], table.concat(kept, ' '))
+    end
+  end
+end
+return tonumber(seq)
+"""
+# A group back to its canonical alone loses its field, as if it had never grown.
+_GROUP = """
+local members = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+if members <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) return 0 end
+return members
+"""
+
+
 class StaleSnapshot(RuntimeError):
     """A batch was decided on a snapshot that another writer changed: decide it again."""
 
@@ -128,6 +183,9 @@ class RedisStateStore:
         self._replace = client.register_script(_REPLACE)
         self._add_canonical = client.register_script(_ADD_CANONICAL)
         self._record = client.register_script(_RECORD)
+        self._replace_verdict = client.register_script(_REPLACE_VERDICT)
+        self._remove_canonical = client.register_script(_REMOVE_CANONICAL)
+        self._group = client.register_script(_GROUP)
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "dedup:", password: str | None = None) -> RedisStateStore:
@@ -232,8 +290,34 @@ class RedisStateStore:
         args = [canonical_id, f"{simhash:0{_SIMHASH_HEX}x}{canonical_id}", *map(str, bands), f"{self._prefix}s:"]
         self._add_canonical(keys=keys, args=args, client=client)
 
+    def replace_verdict(self, link: Link, expected: Link) -> bool:
+        current = self.verdict_of(link.doc_id)
+        if current != expected:
+            return False
+        assert current is not None
+        return bool(self._queue_replace(self._redis, link, current))
+
+    def _queue_replace(self, client: redis.Redis | Pipeline, link: Link, current: Link) -> int | Pipeline:
+        """Replace `current` (as stored: its encoding is compared) by `link`."""
+        keys = [self._bucket("v", link.doc_id), f"{self._prefix}vseq"]
+        args = [link.doc_id, _verdict_value(link), link.seq or 0, _verdict_value(current)]
+        return self._replace_verdict(keys=keys, args=args, client=client)
+
+    def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
+        self._queue_remove(self._redis, canonical_id, language, bands)
+
+    def _queue_remove(
+        self, client: redis.Redis | Pipeline, canonical_id: str, language: str, bands: Sequence[int]
+    ) -> None:
+        keys = [self._bucket("c", canonical_id), *self._band_keys(language, bands)]
+        args = [canonical_id, *map(str, bands), f"{self._prefix}s:"]
+        self._remove_canonical(keys=keys, args=args, client=client)
+
     def grow_group(self, canonical_id: str) -> int:
         return int(self._redis.hincrby(self._bucket("g", canonical_id), canonical_id, 1)) + 1
+
+    def shrink_group(self, canonical_id: str) -> int:
+        return int(self._group(keys=[self._bucket("g", canonical_id)], args=[canonical_id, -1])) + 1
 
     def group_size(self, canonical_id: str) -> int:
         return self.group_sizes([canonical_id])[canonical_id]
@@ -249,7 +333,9 @@ class RedisStateStore:
         """Carry out a batch's buffered writes in one MULTI/EXEC transaction, fenced by `fence`.
 
         `writes` is a sequence of per-document groups, each ending with the document's
-        `VerdictWrite` (the cascade records a verdict last). Under WATCH of the lease key:
+        `VerdictWrite` (the cascade records a verdict last) or, from a relink, its
+        `ReplaceVerdictWrite`: a replacement whose document's verdict is no longer the one
+        it was planned on is `StaleSnapshot`, whatever `exact` says. Under WATCH of the lease key:
         the lease must still be ours, or `LeaseLost`; a document that has a verdict by
         now (an agent that read without the lease, a redelivery) has its whole group
         dropped, so a lost race never makes a canonical, claims a key or grows a group;
@@ -265,7 +351,11 @@ class RedisStateStore:
             pipe.watch(fence.key)
             if pipe.get(fence.key) != fence.token:
                 raise LeaseLost(f"lease {fence.key} expired before the batch was written")
+            replacing = {g[-1].link.doc_id: g[-1].expected for _, g in groups if isinstance(g[-1], ReplaceVerdictWrite)}
             decided = self.verdicts_of([doc_id for doc_id, _ in groups if doc_id is not None])
+            for doc_id, expected in replacing.items():
+                if decided.pop(doc_id) != expected:
+                    raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
             applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
             skipped = set(applied.lost)
             if applied.lost and exact:
@@ -277,7 +367,8 @@ class RedisStateStore:
                     continue
                 for write in group:
                     self._queue_write(pipe, write)
-                    recorded.append(write.link.doc_id if isinstance(write, VerdictWrite) else None)
+                    closes = isinstance(write, VerdictWrite | ReplaceVerdictWrite)
+                    recorded.append(write.link.doc_id if closes else None)
             try:
                 results = pipe.execute()
             except redis.WatchError:
@@ -295,14 +386,20 @@ class RedisStateStore:
                 self._replace(keys=[bucket], args=[field_, expected, canonical_id], client=pipe)
             case CanonicalWrite(canonical_id, simhash, language, bands):
                 self._queue_canonical(pipe, canonical_id, simhash, language, bands)
-            case GrowWrite(canonical_id, count):
+            case GrowWrite(canonical_id, count) if count >= 0:
                 pipe.hincrby(self._bucket("g", canonical_id), canonical_id, count)
+            case GrowWrite(canonical_id, count):
+                self._group(keys=[self._bucket("g", canonical_id)], args=[canonical_id, count], client=pipe)
             case VerdictWrite(link):
                 self._queue_verdict(pipe, link)
+            case RemoveCanonicalWrite(canonical_id, language, bands):
+                self._queue_remove(pipe, canonical_id, language, bands)
+            case ReplaceVerdictWrite(link, expected):
+                self._queue_replace(pipe, link, expected)
 
 
 def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]]:
-    """Writes split into per-document groups, each closed by its VerdictWrite.
+    """Writes split into per-document groups, each closed by its VerdictWrite (or ReplaceVerdictWrite).
 
     Writes after the last verdict belong to no document (None) and are applied as they are.
     """
@@ -310,7 +407,7 @@ def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]
     current: list[Write] = []
     for write in writes:
         current.append(write)
-        if isinstance(write, VerdictWrite):
+        if isinstance(write, VerdictWrite | ReplaceVerdictWrite):
             groups.append((write.link.doc_id, current))
             current = []
     if current:
@@ -318,7 +415,7 @@ def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]
     return groups
 
 
-_VERDICT_CODE = {Verdict.UNIQUE: "u", Verdict.DUPLICATE: "d", Verdict.REVIEW: "r"}
+_VERDICT_CODE = {Verdict.UNIQUE: "u", Verdict.DUPLICATE: "d", Verdict.REVIEW: "r", Verdict.UNLINKED: "n"}
 _VERDICT_OF = {code: verdict for verdict, code in _VERDICT_CODE.items()}
 _STAGE_CODE = {None: "-", Stage.URL: "u", Stage.CONTENT: "c", Stage.SIMHASH: "s", Stage.SEMANTIC: "e"}
 _STAGE_OF = {code: stage for stage, code in _STAGE_CODE.items()}

@@ -80,6 +80,8 @@ class SqliteStateStore:
         self._canonicals: list[tuple[Canonical, Sequence[int]]] = []
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
         self._groups: dict[str, int] = {}
+        self._removed: set[str] = set()
+        """Canonicals taken out of the band sets since the last commit (a relink made them duplicates)."""
         # Reads run inside one open transaction: a read transaction per statement
         # would cost more than the lookup itself.
         self._db.execute("BEGIN")
@@ -98,11 +100,15 @@ class SqliteStateStore:
             "INSERT INTO exact_keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET canonical_id = excluded.canonical_id",
             [(_packed(key), canonical_id) for key, canonical_id in self._exact.items()],
         )
+        # Removals first: a canonical removed and registered again since the last commit gets its new row.
+        db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
         db.executemany(
             "INSERT OR IGNORE INTO canonicals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands) for c, bands in self._canonicals],
         )
-        db.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?)", self._groups.items())
+        # A group back to its canonical alone has no row, as if it had never grown.
+        db.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?)", [g for g in self._groups.items() if g[1] > 1])
+        db.executemany("DELETE FROM groups WHERE canonical_id = ?", [(c,) for c, n in self._groups.items() if n <= 1])
         db.execute("COMMIT")
         db.execute("BEGIN")
         self._verdicts.clear()
@@ -111,6 +117,7 @@ class SqliteStateStore:
         self._canonicals.clear()
         self._bands.clear()
         self._groups.clear()
+        self._removed.clear()
 
     def close(self) -> None:
         self.commit()
@@ -170,7 +177,11 @@ class SqliteStateStore:
             " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
             (*bands, language),
         ).fetchall()
-        found = {doc_id: Canonical(doc_id, _to_unsigned(simhash), lang, seq) for doc_id, simhash, lang, seq in rows}
+        found = {
+            doc_id: Canonical(doc_id, _to_unsigned(simhash), lang, seq)
+            for doc_id, simhash, lang, seq in rows
+            if doc_id not in self._removed
+        }
         for band in enumerate(bands):
             for canonical in self._bands.get(band, ()):
                 if canonical.language == language and canonical.doc_id not in found:
@@ -185,8 +196,26 @@ class SqliteStateStore:
         for band in enumerate(bands):
             self._bands[band].append(canonical)
 
+    def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
+        self._removed.add(canonical_id)
+        self._canonicals = [(c, b) for c, b in self._canonicals if c.doc_id != canonical_id]
+        for band in enumerate(bands):
+            pending = self._bands.get(band)
+            if pending:
+                pending[:] = [c for c in pending if c.doc_id != canonical_id]
+
+    def replace_verdict(self, link: Link, expected: Link) -> bool:
+        if self.verdict_of(link.doc_id) != expected:
+            return False
+        self._verdicts[link.doc_id] = link
+        return True
+
     def grow_group(self, canonical_id: str) -> int:
         size = self._groups[canonical_id] = self.group_size(canonical_id) + 1
+        return size
+
+    def shrink_group(self, canonical_id: str) -> int:
+        size = self._groups[canonical_id] = max(1, self.group_size(canonical_id) - 1)
         return size
 
     def group_size(self, canonical_id: str) -> int:

@@ -39,4 +39,21 @@ class VerdictWrite:
     link: Link
 
 
-Write = ClaimWrite | ReplaceWrite | CanonicalWrite | GrowWrite | VerdictWrite
+@dataclass(frozen=True, slots=True)
+class RemoveCanonicalWrite:
+    canonical_id: str
+    language: str
+    bands: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceVerdictWrite:
+    """A relink's new verdict for a document, valid only while its verdict is still `expected`."""
+
+    link: Link
+    expected: Link
+
+
+Write = (
+    ClaimWrite | ReplaceWrite | CanonicalWrite | GrowWrite | VerdictWrite | RemoveCanonicalWrite | ReplaceVerdictWrite
+)
