@@ -233,6 +233,19 @@ def test_drift_alarm_fires_when_the_semantic_share_jumps(tmp_path: Path) -> None
     assert weekly.returncode == 0, weekly.stderr
     assert orjson.loads(weekly.stdout)["drift"]["current"] == "2026-W10"
     assert orjson.loads(weekly.stdout)["drift"]["metrics"] == []
+    # A job after midnight names the day to judge: the day before the jump has nothing before it.
+    named = orjson.loads(dedup("report", str(jump), "--json", "--last", "2026-03-03").stdout)["drift"]
+    assert (named["current"], named["previous"], named["alarm"], named["metrics"]) == (
+        "2026-03-03",
+        "2026-03-02",
+        False,
+        [],
+    )
+    assert dedup("report", str(jump), "--fail-on-alarm", "--last", "2026-03-04").returncode == 1
+    empty = dedup("report", str(jump), "--last", "2026-03-05")
+    assert empty.returncode == 0 and "no documents in 2026-03-05" in empty.stdout
+    misspelt = dedup("report", str(jump), "--last", "yesterday")
+    assert misspelt.returncode == 2 and "'yesterday' names no day; write it as 2026-03-04" in misspelt.stderr
     bad_factor = dedup("report", str(jump), "--alarm-factor", "1")
     assert bad_factor.returncode == 2 and "alarm factor must be above 1" in bad_factor.stderr
 

@@ -37,6 +37,13 @@ def report_command(
             show_default=False,
         ),
     ] = None,
+    last: Annotated[
+        str | None,
+        typer.Option(
+            help="The period drift judges, e.g. 2026-03-04 or 2026-W10 \\[default: the latest with verdicts].",
+            show_default=False,
+        ),
+    ] = None,
     fail_on_alarm: Annotated[
         bool, typer.Option("--fail-on-alarm", help="Exit with code 1 when a drift alarm is raised (for cron).")
     ] = False,
@@ -51,7 +58,7 @@ def report_command(
     the links topic on DEDUP_KAFKA_BOOTSTRAP is read to its end. Exit codes: 0, 1 for a drift alarm
     with --fail-on-alarm, 2 for an error.
     """
-    alarm = _report(links or [], json_output, html, period, alarm_factor, top, config)
+    alarm = _report(links or [], json_output, html, period, alarm_factor, last, top, config)
     if alarm and fail_on_alarm:
         raise typer.Exit(1)
 
@@ -63,11 +70,12 @@ def _report(
     html: Path | None,
     period: str | None,
     alarm_factor: float | None,
+    last: str | None,
     top: int,
     config: Path | None,
 ) -> bool:
     """Read, report, and say whether drift raised an alarm."""
-    from streams.reporting.drift import Period
+    from streams.reporting.drift import Period, parse_period
     from streams.reporting.report import build_report
     from streams.reporting.verdicts import read_files, read_topic
 
@@ -78,6 +86,8 @@ def _report(
     if chosen not in {p.value for p in Period}:
         raise ValueError(f"unknown period {chosen!r}; choose day or week")
     factor = settings.report.alarm_factor if alarm_factor is None else alarm_factor
+    if last is not None:
+        parse_period(last, Period(chosen))  # a misspelt period fails before the topic is read
     if html is not None and html.is_dir():
         raise IsADirectoryError(f"--html {html} is a directory; give a file name")
     final = read_files(links) if links else read_topic(settings)
@@ -85,7 +95,7 @@ def _report(
         err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
     if len(final.bad) > SHOWN_BAD:
         err.print(f"[yellow]skipped[/] {len(final.bad) - SHOWN_BAD} more unreadable records", highlight=False)
-    report = build_report(final, Period(chosen), factor, top)
+    report = build_report(final, Period(chosen), factor, top, last)
     if html is not None:
         from streams.reporting.html import write_html
 

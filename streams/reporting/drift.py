@@ -186,13 +186,32 @@ def period_stats(decisions: Iterable[Decision], pair_kinds: dict[str, str], peri
     return [found[start] for start in sorted(found)]
 
 
-def drift(periods: list[PeriodStats], period: Period, factor: float) -> Drift:
-    """Compare the last period with the calendar period before it."""
+def parse_period(label: str, period: Period) -> date:
+    """The first day of a period named as the report names it: `2026-03-04` or `2026-W10`."""
+    try:
+        if period is Period.DAY:
+            return date.fromisoformat(label)
+        year, week = label.split("-W")
+        return date.fromisocalendar(int(year), int(week), 1)
+    except ValueError:
+        example = "2026-03-04" if period is Period.DAY else "2026-W10"
+        raise ValueError(f"{label!r} names no {period.value}; write it as {example}") from None
+
+
+def drift(periods: list[PeriodStats], period: Period, factor: float, last: str | None = None) -> Drift:
+    """Compare the last period (or the one named `last`) with the calendar period before it.
+
+    Naming it lets a job that runs after midnight judge yesterday, a whole day, rather than the
+    minutes of today it would otherwise take for the last period.
+    """
     if factor <= 1:
         raise ValueError(f"the alarm factor must be above 1, got {factor}")
     current = periods[-1] if periods else None
+    if last is not None:
+        start = parse_period(last, period)
+        current = next((stats for stats in periods if stats.start == start), PeriodStats(last, start))
     previous = None
-    if current is not None:
+    if current is not None and current.documents:
         step = timedelta(days=1 if period is Period.DAY else 7)
         previous = next((stats for stats in periods if stats.start == current.start - step), None)
     metrics: list[DriftMetric] = []

@@ -154,6 +154,8 @@ def _drift_section(report: Report) -> str:
     drift = report.drift
     if drift.current is None:
         return "<p>No documents.</p>"
+    if not drift.current.documents:
+        return f"<p>No documents in {html.escape(drift.current.label)}: nothing to compare.</p>"
     if drift.previous is None:
         return (
             f"<p>No documents in {html.escape(str(drift.previous_label))}, the {drift.period.value} before"

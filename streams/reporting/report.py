@@ -47,8 +47,14 @@ class Report:
         }
 
 
-def build_report(final: FinalVerdicts, period: Period = Period.DAY, alarm_factor: float = 2.0, top: int = 10) -> Report:
-    """Everything the report shows, from the final verdicts."""
+def build_report(
+    final: FinalVerdicts,
+    period: Period = Period.DAY,
+    alarm_factor: float = 2.0,
+    top: int = 10,
+    last: str | None = None,
+) -> Report:
+    """Everything the report shows, from the final verdicts; drift judges `last` (default: the latest period)."""
     decisions = final.decisions
     verdicts = Counter(decision.verdict for decision in decisions.values())
     kinds = {
@@ -65,5 +71,5 @@ def build_report(final: FinalVerdicts, period: Period = Period.DAY, alarm_factor
         decided_by=dict(Counter(decision.decided_by for decision in decisions.values()).most_common()),
         scores=scores(decisions),
         groups=groups(decisions, top),
-        drift=drift(period_stats(decisions.values(), kinds, period), period, alarm_factor),
+        drift=drift(period_stats(decisions.values(), kinds, period), period, alarm_factor, last),
     )

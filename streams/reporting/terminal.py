@@ -87,6 +87,8 @@ def drift_table(report: Report) -> RenderableType:
     drift = report.drift
     if drift.current is None:
         return Text("Drift: no documents.")
+    if not drift.current.documents:
+        return Text(f"Drift: no documents in {drift.current.label}; nothing to compare.")
     if drift.previous is None:
         return Text(
             f"Drift: no documents in {drift.previous_label}, the {drift.period.value} before {drift.current.label};"
