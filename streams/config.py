@@ -112,6 +112,11 @@ class SemanticSettings(Section):
     candidate_text_chars: int = Field(
         4000, ge=0, description="Characters of headline + body a candidate record keeps for a person to read."
     )
+    thresholds_file: Path | None = Field(
+        None,
+        description="TOML of [semantic.thresholds.<model>] cut-offs, as `dedup calibrate fit` writes:"
+        " its values override the configured ones for its model.",
+    )
 
     @field_validator("thresholds", mode="before")
     @classmethod
@@ -124,6 +129,15 @@ class SemanticSettings(Section):
             default = merged.get(name)
             merged[name] = {**default, **cuts} if isinstance(default, dict) and isinstance(cuts, dict) else cuts
         return merged
+
+    @model_validator(mode="after")
+    def _thresholds_from_file(self) -> SemanticSettings:
+        """A fitted thresholds file wins over the configuration for the models it names."""
+        if self.thresholds_file is not None:
+            from streams.calibration.thresholds import load_thresholds_file
+
+            self.thresholds = {**self.thresholds, **load_thresholds_file(self.thresholds_file, self.thresholds)}
+        return self
 
     def thresholds_for(self, model_name: str) -> ModelThresholds:
         try:

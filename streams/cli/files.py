@@ -42,6 +42,10 @@ def run_command(
     config: Annotated[
         Path | None, typer.Option(help="TOML configuration file \\[env: DEDUP_CONFIG].", exists=True, dir_okay=False)
     ] = None,
+    thresholds: Annotated[
+        Path | None,
+        typer.Option(help="Semantic cut-offs from `dedup calibrate fit` \\[env: DEDUP_SEMANTIC__THRESHOLDS_FILE]."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary table.")] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Start over outputs in --out that belong to another state folder.")
@@ -62,6 +66,8 @@ def run_command(
         overrides["stages"] = chosen
     if sources is not None:
         overrides["sources"] = sources
+    if thresholds is not None:
+        overrides["semantic"] = {"thresholds_file": thresholds}  # merged with the configured [semantic]
     settings = Settings(**overrides)  # type: ignore[arg-type]
     paths = RunPaths(out=out, state=state or settings.state_dir or out / "state")
 

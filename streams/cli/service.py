@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +19,10 @@ def worker_command(
         typer.Option(help="Run only this stage agent (exact, simhash, semantic); repeat for several \\[default: all]."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "info",
+    thresholds: Annotated[
+        Path | None,
+        typer.Option(help="Semantic cut-offs from `dedup calibrate fit` \\[env: DEDUP_SEMANTIC__THRESHOLDS_FILE]."),
+    ] = None,
 ) -> None:
     """Run stage agents on Kafka with state in Redis and vectors in Qdrant (DEDUP_* settings)."""
     import faust
@@ -27,7 +32,7 @@ def worker_command(
     from streams.service.resources import Resources
     from streams.service.stages import Agent, input_topic, pipeline
 
-    settings = Settings()
+    settings = Settings(semantic={"thresholds_file": thresholds}) if thresholds else Settings()
     chain = pipeline(settings)
     try:
         agents = [Agent(name) for name in stage] if stage else chain
