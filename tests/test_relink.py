@@ -8,11 +8,36 @@ seen stays canonical; replaying the links rebuilds the relinked state key for ke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+import random
+import re
+import shutil
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from streams.core.model import Link, Stage, Verdict
+import jsonschema
+import numpy as np
+import orjson
+import pytest
+import qdrant_edge as qe
+
+from streams.config import Settings
+from streams.core.cascade import CONTENT_KEY, URL_KEY
+from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore
+from streams.core.relink import Cutoff, Label
+from streams.runner.embedded import RunPaths, run
+from streams.runner.relink import RelinkResult, relink_files
+from streams.runner.replay import replay_files
 from streams.stores.batched import BatchedState
+from streams.vectors.edge import EdgeVectorStore
+
+LINK_SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "link.schema.json").read_text())
 
 # ---------------------------------------------------------------- the store contract a relink needs
 
@@ -98,3 +123,501 @@ def _commit(store: StateStore) -> None:
             store.flush(lease)
     elif hasattr(store, "commit"):
         store.commit()
+
+
+# ---------------------------------------------------------------- a world whose scores are chosen
+
+DIM = 64
+TOY = ModelId("toy", "1", DIM)
+TOY_THRESHOLDS = {"link": 0.98, "review": 0.95, "cross_link": 0.85, "cross_review": 0.83}
+WORDS = [
+    "harbour",
+    "council",
+    "river",
+    "market",
+    "budget",
+    "school",
+    "police",
+    "rain",
+    "power",
+    "bridge",
+    "station",
+    "hospital",
+    "farmers",
+    "port",
+    "train",
+    "minister",
+    "court",
+    "storm",
+    "village",
+    "festival",
+    "factory",
+    "election",
+    "museum",
+    "airport",
+    "ferry",
+    "bank",
+    "fishermen",
+    "road",
+    "water",
+    "teachers",
+    "cricket",
+    "league",
+    "price",
+    "rice",
+    "tea",
+    "garment",
+    "workers",
+    "strike",
+    "vote",
+    "hill",
+    "forest",
+    "tiger",
+    "flood",
+    "relief",
+    "camp",
+]
+
+
+def _axis(index: int) -> np.ndarray:
+    vector = np.zeros(DIM, dtype=np.float32)
+    vector[index] = 1.0
+    return vector
+
+
+def _near(base: np.ndarray, cosine: float, noise_axis: int) -> np.ndarray:
+    """A unit vector whose cosine with the unit vector `base` is `cosine` (noise on an axis of its own)."""
+    return (cosine * base + np.sqrt(1 - cosine**2) * _axis(noise_axis)).astype(np.float32)
+
+
+class ToyEmbedder:
+    """Vectors chosen per text: the body names its vector as `markerN`; other texts get their own axis."""
+
+    def __init__(self, vectors: dict[int, np.ndarray]) -> None:
+        self.vectors = vectors
+        self.embedded: list[int] = []
+
+    @property
+    def model_id(self) -> ModelId:
+        return TOY
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        rows = []
+        for text in texts:
+            found = re.search(r"marker(\d+)", text)
+            assert found, f"a toy text without a marker: {text[:80]}"
+            self.embedded.append(int(found.group(1)))
+            rows.append(self.vectors[int(found.group(1))])
+        return np.stack(rows)
+
+
+def _body(seed: int, marker: int, words: int = 120) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + f" marker{marker}."
+
+
+def _article(doc_id: str, url: str, body: str, language: str = "en", title: str | None = None) -> dict[str, Any]:
+    return {
+        "id": doc_id,
+        "url": url,
+        "title": title or f"Story {doc_id.split('-')[0]}",
+        "body": body,
+        "language": language,
+        "published_at": "2026-03-01T08:00:00Z",
+    }
+
+
+B_VEC = _axis(0)
+A_VEC = _near(B_VEC, 0.985, 10)
+VECTORS = {
+    0: B_VEC,
+    1: A_VEC,
+    2: _near(B_VEC, 0.90, 11),  # C: a Bangla version, cross-language
+    3: _near(B_VEC, 0.96, 12),  # R: review
+    4: _near(B_VEC, 0.995, 13),  # D: a duplicate above every cut-off tried
+    5: _axis(1),  # S: another story
+    6: _near(A_VEC, 0.99, 14),  # A2 (later): 0.99 with A, 0.975 with B
+    7: _axis(2),  # T: a third story, later
+}
+B_BODY, A_BODY, S_BODY = _body(1, 0), _body(2, 1), _body(6, 5)
+A_RECRAWL_BODY = A_BODY + " An update said the council would meet again on Friday morning."
+DAY_ONE = [
+    _article("B", "https://news.example.com/b", B_BODY),
+    _article("A", "https://paper.example.org/a", A_BODY),
+    _article("A-recrawl", "https://paper.example.org/a?utm_source=feed", A_RECRAWL_BODY),
+    _article("A-wire", "https://wire.example.net/a-recrawl", A_RECRAWL_BODY),
+    _article("A-synd", "https://synd.example.net/a", A_BODY),
+    _article("Y", "https://paper.example.org/a?utm_medium=x", B_BODY, title="Story B"),  # A's URL, B's text
+    _article("C", "https://bn.example.com/c", _body(3, 2), language="bn"),
+    _article("R", "https://review.example.com/r", _body(4, 3)),
+    _article("R-copy", "https://review.example.com/r?fbclid=1", _body(40, 3)),
+    _article("D", "https://d.example.com/d", _body(5, 4)),
+    _article("S", "https://s.example.com/s", S_BODY),
+    _article("H", "https://h.example.com/h", S_BODY + " Officials said more details would follow later."),
+]
+LATER = [
+    _article("A-recrawl2", "https://paper.example.org/a?utm_campaign=2", _body(20, 1)),
+    _article("A2", "https://other.example.org/a2", _body(21, 6)),
+    _article("A-near", "https://near.example.org/a", A_BODY + " More later."),  # 2 bits from A
+    _article("B-copy", "https://b-copy.example.org/b", B_BODY),
+    _article("T", "https://t.example.com/t", _body(22, 7)),
+]
+
+
+@dataclass
+class World:
+    folder: Path
+    out: Path
+    state: Path
+    settings: Settings
+    embedder: ToyEmbedder
+
+    def run(self, articles: list[dict[str, Any]], out: str, state: Path | None = None) -> RunPaths:
+        source = self.folder / f"{out}.jsonl"
+        source.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in articles))
+        paths = RunPaths(out=self.folder / out, state=state or self.state)
+        run(self.settings, [str(source)], paths, embedder=self.embedder)
+        return paths
+
+    def relink(self, out: str = "relinked", **kwargs: Any) -> RelinkResult:
+        return relink_files(self.state, self.folder / out, **kwargs)
+
+    def links(self, *outs: str) -> list[dict[str, Any]]:
+        return [
+            orjson.loads(line) for out in outs for line in (self.folder / out / "links.jsonl").read_bytes().splitlines()
+        ]
+
+    def latest(self, *outs: str) -> dict[str, dict[str, Any]]:
+        return {record["doc_id"]: record for record in self.links(*outs)}
+
+
+def _settings() -> Settings:
+    return Settings(semantic={"thresholds": {"toy": TOY_THRESHOLDS}})
+
+
+@pytest.fixture(scope="module")
+def day_one(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first day's run, kept read-only: each test copies it."""
+    folder = tmp_path_factory.mktemp("relink-day-one")
+    world = World(folder, folder / "out", folder / "out" / "state", _settings(), ToyEmbedder(VECTORS))
+    world.run(DAY_ONE, "out")
+    return folder
+
+
+@pytest.fixture
+def world(day_one: Path, tmp_path: Path) -> World:
+    shutil.copytree(day_one / "out", tmp_path / "out")
+    return World(tmp_path, tmp_path / "out", tmp_path / "out" / "state", _settings(), ToyEmbedder(VECTORS))
+
+
+def test_the_world_is_what_the_tests_assume(world: World) -> None:
+    got = {doc_id: (r["verdict"], r["canonical_id"], r["stage"]) for doc_id, r in world.latest("out").items()}
+    assert got == {
+        "B": ("unique", "B", None),
+        "A": ("duplicate", "B", "semantic"),
+        "A-recrawl": ("duplicate", "B", "url"),
+        "A-wire": ("duplicate", "B", "content"),
+        "A-synd": ("duplicate", "B", "content"),
+        "Y": ("duplicate", "B", "url"),
+        "C": ("duplicate", "B", "semantic"),
+        "R": ("review", "B", "semantic"),
+        "R-copy": ("review", "B", "url"),
+        "D": ("duplicate", "B", "semantic"),
+        "S": ("unique", "S", None),
+        "H": ("duplicate", "S", "simhash"),
+    }
+    assert world.latest("out")["A"]["score"] == pytest.approx(0.985, abs=1e-5)
+
+
+# ---------------------------------------------------------------- state, dumped for comparison
+
+
+def dump(state_dir: Path) -> dict[str, Any]:
+    """Everything a state folder decides with: verdicts, exact keys, the band sets (canonicals in
+    first-seen order: their `seq` values themselves are not compared, since a canonical removed by
+    a relink leaves a gap live that a replay never opens), group sizes and vectors."""
+    db = sqlite3.connect(state_dir / "state.sqlite3")
+    try:
+        verdicts = {row[0]: row[1:] for row in db.execute("SELECT * FROM verdicts")}
+        exact = {key.hex(): holder for key, holder in db.execute("SELECT key, canonical_id FROM exact_keys")}
+        bands_ = [
+            row for row in db.execute("SELECT doc_id, simhash, language, b0, b1, b2, b3 FROM canonicals ORDER BY seq")
+        ]
+        groups = dict(db.execute("SELECT canonical_id, size FROM groups"))
+    finally:
+        db.close()
+    return {"verdicts": verdicts, "exact": exact, "bands": bands_, "groups": groups, "vectors": _vectors(state_dir)}
+
+
+def _vectors(state_dir: Path) -> dict[str, tuple[float, ...]]:
+    store = EdgeVectorStore(state_dir / "vectors")
+    try:
+        shard = store._shard(TOY, create=False)
+        if shard is None:
+            return {}
+        points, _ = shard.scroll(qe.ScrollRequest(limit=10_000, with_payload=True, with_vector=True))
+        found = {}
+        for point in points:
+            vector = point.vector if isinstance(point.vector, list) else next(iter(point.vector.values()))
+            found[point.payload["doc_id"]] = tuple(round(x, 5) for x in vector)
+        return found
+    finally:
+        store.close()
+
+
+def assert_stars(state_dir: Path) -> None:
+    """No chains: every linked document's canonical is a canonical, every exact key points to a
+    canonical or a document under review, band entries and vectors are canonicals', and each group
+    counts its duplicates."""
+    state = dump(state_dir)
+    verdicts = {doc_id: row[0] for doc_id, row in state["verdicts"].items()}
+    canonical_of = {doc_id: row[1] for doc_id, row in state["verdicts"].items()}
+    canonicals = {doc_id for doc_id, verdict in verdicts.items() if verdict in ("unique", "unlinked")}
+    for doc_id, canonical in canonical_of.items():
+        assert canonical in canonicals, (
+            f"{doc_id} ({verdicts[doc_id]}) links to {canonical}, a {verdicts.get(canonical)}"
+        )
+    for key, holder in state["exact"].items():
+        assert holder in canonicals or verdicts.get(holder) == "review", f"key {key} points to {holder}"
+    registered = [row[0] for row in state["bands"]]
+    assert len(registered) == len(set(registered)) and set(registered) <= canonicals
+    assert set(state["vectors"]) <= canonicals
+    members = Counter(c for doc_id, c in canonical_of.items() if verdicts[doc_id] == "duplicate")
+    assert state["groups"] == {c: n + 1 for c, n in members.items()}
+
+
+def _key_of(kind: str, record: dict[str, Any]) -> str:
+    key = (URL_KEY + record["url_hash"]) if kind == "url" else (CONTENT_KEY + record["content_hash"])
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
+# ---------------------------------------------------------------- people's decisions
+
+
+def _label(a: str, b: str, duplicate: bool, by: str | None = "alice") -> Label:
+    return Label(a, b, duplicate, by)
+
+
+def test_a_document_labelled_not_a_duplicate_becomes_a_canonical_with_its_exact_copies(world: World) -> None:
+    before = world.latest("out")
+    result = world.relink(decisions=[_label("A", "B", False)])
+    assert [c.doc_id for c in result.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
+    new = world.latest("relinked")
+    assert new["A"]["verdict"] == "unlinked" and new["A"]["canonical_id"] == "A"
+    assert (new["A"]["stage"], new["A"]["score"], new["A"]["model"]) == (None, None, "toy@1")
+    assert new["A"]["decided_by"] == "person" and "alice" in new["A"]["reason"]
+    assert new["A"]["previous"] == {
+        "verdict": "duplicate", "canonical_id": "B", "stage": "semantic", "score": before["A"]["score"],
+        "model": "toy@1",
+    }  # fmt: skip
+    assert new["A"]["vector"] == pytest.approx(A_VEC.tolist(), abs=1e-6)
+    assert set(new["A"]["keys"]) == {"url", "content"}
+    for copy, stage in (("A-recrawl", "url"), ("A-wire", "content"), ("A-synd", "content"), ("Y", "url")):
+        assert (new[copy]["verdict"], new[copy]["canonical_id"], new[copy]["stage"]) == ("duplicate", "A", stage)
+        assert new[copy]["previous"]["canonical_id"] == "B" and "vector" not in new[copy]
+    assert new["Y"]["keys"] == ["url"]  # its text is B's: that key stays with B
+    for record in new.values():  # the features replay needs
+        for name in ("url_hash", "content_hash", "simhash", "language", "published_at"):
+            assert record[name] == before[record["doc_id"]][name]
+        assert record["linked_at"] > before[record["doc_id"]]["linked_at"]
+        jsonschema.validate(record, LINK_SCHEMA)
+    published = [orjson.loads(line) for line in (world.folder / "relinked" / "deduped.jsonl").read_bytes().splitlines()]
+    assert [(p["id"], p["features"]["verdict"]) for p in published] == [("A", "unlinked")]
+    assert published[0]["body"] == A_BODY
+
+    state = dump(world.state)
+    exact = state["exact"]
+    assert exact[_key_of("url", before["A"])] == "A"
+    assert exact[_key_of("content", before["A"])] == "A"
+    assert exact[_key_of("content", before["A-recrawl"])] == "A"
+    assert exact[_key_of("content", before["B"])] == "B"
+    assert state["groups"] == {"A": 5, "B": 3, "S": 2}  # B: itself, C, D
+    assert "A" in [row[0] for row in state["bands"]] and "A" in state["vectors"]
+    assert_stars(world.state)
+
+
+def test_documents_decided_after_an_unlink_see_it(world: World) -> None:
+    world.relink(decisions=[_label("A", "B", False)])
+    world.run(LATER, "later")
+    got = {doc_id: (r["verdict"], r["canonical_id"], r["stage"]) for doc_id, r in world.latest("later").items()}
+    assert got["A-recrawl2"] == ("duplicate", "A", "url")  # A's key is A's now
+    assert got["A2"] == ("duplicate", "A", "semantic")  # A's vector is searched (0.975 with B: review)
+    assert got["A-near"] == ("duplicate", "A", "simhash")  # A's bands are there
+    assert got["B-copy"] == ("duplicate", "B", "content")  # B kept its own text
+    assert_stars(world.state)
+
+
+def test_replaying_the_links_after_a_relink_rebuilds_the_relinked_state(world: World) -> None:
+    world.relink(decisions=[_label("A", "B", False), _label("R", "B", False)])
+    world.run(LATER, "later")
+    live = dump(world.state)
+    files = [str(world.folder / name / "links.jsonl") for name in ("out", "relinked", "later")]
+    stats = replay_files(files, world.folder / "rebuilt")
+    assert not stats.bad
+    assert dump(world.folder / "rebuilt") == live
+    again = replay_files(files, world.folder / "rebuilt")  # idempotent
+    assert dump(world.folder / "rebuilt") == live and again.bad == []
+
+
+def test_a_replay_of_each_documents_latest_record_only_rebuilds_it_too(world: World) -> None:
+    """What Kafka replay does with a compacted dedup.links: the latest record per document, in the
+    order they were written (seq in Kafka: a relink's records come after every earlier decision)."""
+    world.relink(decisions=[_label("A", "B", False), _label("R", "B", False)])
+    world.run(LATER, "later")
+    latest: dict[str, bytes] = {}
+    for name in ("out", "relinked", "later"):
+        for line in (world.folder / name / "links.jsonl").read_bytes().splitlines():
+            latest.pop(orjson.loads(line)["doc_id"], None)
+            latest[orjson.loads(line)["doc_id"]] = line
+    compacted = world.folder / "compacted.jsonl"
+    compacted.write_bytes(b"".join(line + b"\n" for line in latest.values()))
+    replay_files([str(compacted)], world.folder / "rebuilt")
+    assert dump(world.folder / "rebuilt") == dump(world.state)
+
+
+def test_linking_back_restores_the_first_state(world: World) -> None:
+    first = dump(world.state)
+    world.relink(decisions=[_label("A", "B", False)])
+    assert dump(world.state) != first
+    result = world.relink(decisions=[_label("A", "B", True, by="bob")])
+    assert [c.doc_id for c in result.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
+    assert dump(world.state) == first
+    new = world.latest("relinked")
+    assert (new["A"]["verdict"], new["A"]["canonical_id"], new["A"]["stage"]) == ("duplicate", "B", "semantic")
+    assert new["A"]["decided_by"] == "person" and "bob" in new["A"]["reason"]
+    assert new["A"]["previous"]["verdict"] == "unlinked" and "vector" not in new["A"]
+    assert (new["Y"]["verdict"], new["Y"]["canonical_id"], new["Y"]["stage"]) == ("duplicate", "B", "url")
+    files = [str(world.folder / name / "links.jsonl") for name in ("out", "relinked")]
+    replay_files(files, world.folder / "rebuilt")
+    assert dump(world.folder / "rebuilt") == first
+
+
+def test_a_canonical_that_gained_members_while_unlinked_is_not_linked_back(world: World) -> None:
+    world.relink(decisions=[_label("A", "B", False)])
+    world.run(LATER, "later")
+    state = dump(world.state)
+    lines = (world.folder / "relinked" / "links.jsonl").read_bytes()
+    result = world.relink(decisions=[_label("A", "B", True)])
+    assert result.plan.changes == [] and [r.doc_id for r in result.plan.refused] == ["A"]
+    assert "linked to it while it was unlinked" in result.plan.refused[0].reason
+    assert "A-recrawl2" in result.plan.refused[0].reason
+    assert dump(world.state) == state and (world.folder / "relinked" / "links.jsonl").read_bytes() == lines
+
+
+def test_a_review_labelled_not_a_duplicate_takes_its_review_copies(world: World) -> None:
+    before = world.latest("out")
+    world.relink(decisions=[_label("R", "B", False)])
+    new = world.latest("relinked")
+    assert (new["R"]["verdict"], new["R"]["previous"]["verdict"]) == ("unlinked", "review")
+    assert (new["R-copy"]["verdict"], new["R-copy"]["canonical_id"], new["R-copy"]["stage"]) == (
+        "duplicate", "R", "url",
+    )  # fmt: skip
+    assert new["R"]["keys"] == [] and new["R-copy"]["keys"] == ["content"]  # R held its own keys already
+    state = dump(world.state)
+    assert state["exact"][_key_of("content", before["R-copy"])] == "R"
+    assert state["groups"]["R"] == 2 and state["groups"]["B"] == 8  # B: A and its 4 copies, C, D
+    assert_stars(world.state)
+
+
+def test_a_review_labelled_a_duplicate_joins_the_group_with_its_review_copies(world: World) -> None:
+    before = world.latest("out")
+    world.relink(decisions=[_label("R", "B", True)])
+    new = world.latest("relinked")
+    assert (new["R"]["verdict"], new["R"]["canonical_id"], new["R"]["stage"]) == ("duplicate", "B", "semantic")
+    assert new["R"]["score"] == before["R"]["score"]
+    assert (new["R-copy"]["verdict"], new["R-copy"]["canonical_id"]) == ("duplicate", "B")
+    state = dump(world.state)
+    for doc_id, kind in (("R", "url"), ("R", "content"), ("R-copy", "content")):
+        assert state["exact"][_key_of(kind, before[doc_id])] == "B"
+    assert state["groups"]["B"] == 10
+    assert not (world.folder / "relinked" / "deduped.jsonl").read_bytes()  # nothing newly published
+    assert_stars(world.state)
+    world.run([_article("R-copy2", "https://review.example.com/r?fbclid=2", _body(41, 3))], "later")
+    assert world.latest("later")["R-copy2"]["canonical_id"] == "B"  # a later copy joins B, not a review
+
+
+def test_an_exact_copy_is_not_unlinked_on_its_own(world: World) -> None:
+    result = world.relink(decisions=[_label("A-recrawl", "B", False), _label("R-copy", "B", True)])
+    assert result.plan.changes == []
+    reasons = {r.doc_id: r.reason for r in result.plan.refused}
+    assert "exact (url) copy of A" in reasons["A-recrawl"] and "decide A instead" in reasons["A-recrawl"]
+    assert "exact (url) copy of R" in reasons["R-copy"]
+
+
+def test_a_document_with_no_article_on_record_cannot_be_unlinked(world: World) -> None:
+    state = dump(world.state)
+    result = world.relink(decisions=[_label("H", "S", False), _label("A", "B", False)])
+    assert [r.doc_id for r in result.plan.refused] == ["H"]
+    assert "no article on record" in result.plan.refused[0].reason
+    assert "H" not in world.latest("relinked") and world.latest("relinked")["A"]["verdict"] == "unlinked"
+    assert dump(world.state)["verdicts"]["H"] == state["verdicts"]["H"]
+
+
+def test_an_article_published_before_serves_a_document_never_embedded(world: World) -> None:
+    """H was never embedded; its article, from a deduped file given, lets it be unlinked."""
+    articles = world.folder / "articles.jsonl"
+    articles.write_bytes(orjson.dumps({**DAY_ONE[-1], "features": {"verdict": "duplicate"}}) + b"\n")
+    result = world.relink(decisions=[_label("H", "S", False)], articles=[articles])
+    assert [c.doc_id for c in result.plan.changes] == ["H"]
+    assert "vector" not in world.latest("relinked")["H"]
+    assert_stars(world.state)
+
+
+def test_labels_that_match_the_verdicts_change_nothing_and_relinking_twice_changes_nothing(world: World) -> None:
+    first = dump(world.state)
+    result = world.relink(decisions=[_label("D", "B", True), _label("S", "B", False), _label("C", "S", False)])
+    assert result.plan.changes == [] and sorted(result.plan.unchanged) == ["C", "D", "S"]
+    assert dump(world.state) == first
+    world.relink(decisions=[_label("A", "B", False)])
+    once, lines = dump(world.state), (world.folder / "relinked" / "links.jsonl").read_bytes()
+    again = world.relink(decisions=[_label("A", "B", False)])
+    assert again.plan.changes == [] and again.plan.unchanged == ["A"]
+    assert dump(world.state) == once and (world.folder / "relinked" / "links.jsonl").read_bytes() == lines
+
+
+def test_merging_two_canonicals_is_refused(world: World) -> None:
+    result = world.relink(decisions=[_label("S", "B", True), _label("H", "B", True)])
+    assert result.plan.changes == []
+    reasons = {r.doc_id: r.reason for r in result.plan.refused}
+    assert "merging two groups is not done" in reasons["S"] and "linked to S, not B" in reasons["H"]
+
+
+# ---------------------------------------------------------------- a new cut-off
+
+
+def test_a_stricter_cut_off_and_back_restores_the_first_state(world: World) -> None:
+    first, first_latest = dump(world.state), world.latest("out")
+    stricter = world.relink(cutoff=Cutoff(0.99))
+    assert [c.doc_id for c in stricter.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
+    new = world.latest("relinked")
+    assert new["A"]["decided_by"] == "threshold"
+    assert new["A"]["reason"] == "semantic score 0.985 below 0.99 (same-language)"
+    assert_stars(world.state)
+    back = world.relink(cutoff=Cutoff(0.98))
+    assert [c.doc_id for c in back.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
+    assert dump(world.state) == first
+    latest = world.latest("out", "relinked")
+    for doc_id, record in first_latest.items():
+        fields = ("verdict", "canonical_id", "stage", "score", "model")
+        assert [latest[doc_id][f] for f in fields] == [record[f] for f in fields], doc_id
+    assert world.relink(cutoff=Cutoff(0.98)).plan.changes == []  # twice: nothing
+
+
+def test_a_cut_off_for_cross_language_pairs_leaves_same_language_links_alone(world: World) -> None:
+    result = world.relink(cutoff=Cutoff(0.95, pair="cross"))
+    assert [c.doc_id for c in result.plan.changes] == ["C"]
+    assert world.latest("relinked")["C"]["reason"] == "semantic score 0.900 below 0.95 (cross-language)"
+    both = world.relink(cutoff=Cutoff(0.99, pair="both"))
+    assert [c.doc_id for c in both.plan.changes if c.follows is None] == ["A"]  # C is unlinked already
+    assert world.relink(cutoff=Cutoff(0.85, pair="both")).plan.changes != []
+    assert dump(world.state)["verdicts"]["C"][0] == "duplicate"
+
+
+def test_a_cut_off_leaves_people_s_decisions_and_reviews_alone(world: World) -> None:
+    world.relink(decisions=[_label("R", "B", True)])  # R: a duplicate at 0.96, by a person
+    result = world.relink(cutoff=Cutoff(0.99))
+    assert "R" not in {c.doc_id for c in result.plan.changes}
+    assert {r.doc_id: r.reason for r in result.plan.refused}["R"] == "a person decided it; a cut-off leaves it alone"
+    world.relink(decisions=[_label("A", "B", True)])  # A: unlinked by the cut-off, linked back by a person
+    assert world.latest("relinked")["A"]["decided_by"] == "person"
+    assert world.relink(cutoff=Cutoff(0.98)).plan.changes == []  # nothing left to the threshold

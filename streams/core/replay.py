@@ -5,6 +5,17 @@ keys, and for a canonical its fingerprint and (when embedded) its vector.
 Restoring links in the order they were decided reproduces the state exactly,
 since every claim is set-if-absent and the first claimant wins again.
 Restoring is idempotent: a link already in the state is skipped.
+
+A relink (streams.core.relink) writes a later record for a document whose
+verdict changed. Restored over the earlier verdict, it undoes what that verdict
+left (a place in its canonical's group; a canonical's band entries and vector),
+re-points the exact keys it names (`Recorded.keys`) and leaves what the new
+verdict needs; restored first (Kafka replay keeps only a document's latest
+record) it is restored like any verdict, its named keys pointed outright. A
+relink applies its changes through this very function, so a replay cannot
+rebuild anything else than what the relink made. A cascade record for a document
+that already has another verdict changes nothing: the first verdict stands, as
+it does live.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streams.core.cascade import CONTENT_KEY, URL_KEY
-from streams.core.model import Link, ModelId, Verdict
+from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore, VectorStore
 from streams.features.simhash import bands
 
@@ -30,6 +41,8 @@ class Recorded:
     language: str
     published_at: int
     vector: np.ndarray | None = None
+    keys: tuple[Stage, ...] | None = None
+    """A relink's record: the exact keys it points at the document's holder (None: a cascade verdict)."""
 
 
 @dataclass
@@ -42,20 +55,57 @@ class ReplayStats:
 
 
 def restore(recorded: Recorded, state: StateStore, vectors: VectorStore | None = None) -> bool:
-    """Put back what deciding this document put in the state; False when it is there already."""
+    """Put back what deciding (or relinking) this document put in the state; False when it is there already."""
     link = recorded.link
-    if state.verdict_of(link.doc_id) == link:
+    old = state.verdict_of(link.doc_id)
+    if old == link or (old is not None and recorded.keys is None):
         return False
     # A duplicate's keys lead to its canonical; a canonical and a document under review hold their own.
     holder = link.canonical_id if link.verdict is Verdict.DUPLICATE else link.doc_id
-    state.exact_claim([URL_KEY + recorded.url_hash, CONTENT_KEY + recorded.content_hash], holder)
-    if link.verdict is Verdict.UNIQUE:
-        state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash))
-        if vectors is not None and recorded.vector is not None and link.model:
-            name, _, version = link.model.partition("@")
-            model = ModelId(name, version, len(recorded.vector))
-            vectors.add(model, link.doc_id, recorded.vector, recorded.published_at, recorded.language)
+    keys = {Stage.URL: URL_KEY + recorded.url_hash, Stage.CONTENT: CONTENT_KEY + recorded.content_hash}
+    named = recorded.keys or ()
+    if old is None:
+        claimed = [key for stage, key in keys.items() if stage not in named]
+        if claimed:
+            state.exact_claim(claimed, holder)
+    else:
+        _leave(old, recorded, state, vectors)
+    for stage in named:
+        _point(state, keys[stage], holder)
+    if link.verdict.canonical:
+        if old is None or not old.verdict.canonical:
+            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash))
+            if vectors is not None and recorded.vector is not None and link.model:
+                model = _model(link.model, len(recorded.vector))
+                vectors.add(model, link.doc_id, recorded.vector, recorded.published_at, recorded.language)
     elif link.verdict is Verdict.DUPLICATE:
         state.grow_group(link.canonical_id)
-    state.record_verdict(link)
+    if old is None:
+        state.record_verdict(link)
+    elif not state.replace_verdict(link, old):
+        raise RuntimeError(f"the verdict of {link.doc_id} changed while it was being restored")
     return True
+
+
+def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStore | None) -> None:
+    """Undo what the document's earlier verdict left in the state, as far as its new one differs."""
+    if old.verdict is Verdict.DUPLICATE:
+        state.shrink_group(old.canonical_id)
+    elif old.verdict.canonical and not recorded.link.verdict.canonical:
+        state.remove_canonical(old.doc_id, recorded.language, bands(recorded.simhash))
+        if vectors is not None and old.model:
+            vectors.remove(_model(old.model), old.doc_id)
+
+
+def _point(state: StateStore, key: str, holder: str) -> None:
+    current = state.exact_lookup([key]).get(key)
+    if current is None:
+        state.exact_claim([key], holder)
+    elif current != holder:
+        state.exact_replace(key, current, holder)
+
+
+def _model(name: str, dim: int = 0) -> ModelId:
+    """The model a link names (`name@version`); removing a vector needs no dimension."""
+    model, _, version = name.partition("@")
+    return ModelId(model, version, dim)

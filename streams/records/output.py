@@ -122,4 +122,12 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         language=record["language"],
         published_at=parse_timestamp(record["published_at"]),
         vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
+        keys=_keys(record["keys"]) if "keys" in record else None,
     )
+
+
+def _keys(value: Any) -> tuple[Stage, ...]:
+    """A relink record's `keys`: the exact stages whose keys it re-pointed."""
+    if not isinstance(value, list) or not all(name in (Stage.URL, Stage.CONTENT) for name in value):
+        raise ValueError(f"keys must be a list of 'url' and 'content', got {value!r}")
+    return tuple(Stage(name) for name in value)

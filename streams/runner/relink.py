@@ -1,0 +1,203 @@
+"""`dedup relink --state DIR --out DIR2`: people's decisions and new cut-offs applied to a state folder.
+
+The plan is made from the state folder's journal (the latest link record of every
+document, the candidate records with vectors and articles) and its exact-key index
+(streams.core.relink). Applying it, in this order:
+
+1. every change is checked against the state (a document must still have the verdict
+   it was planned on) before anything is written;
+2. the new link records are appended to DIR2/links.jsonl and the documents it publishes
+   to DIR2/deduped.jsonl, and both are synced;
+3. the state (and the vectors) are changed and committed;
+4. the journal takes the new records.
+
+A relink stopped anywhere is completed by running it again: before 3 the state is as
+it was and the same plan is made again; after 3 the changes are found made and only the
+journal is brought up to date. A record already the last of its document in
+DIR2/links.jsonl is not appended again, nor an article already published there with the
+same verdict; so the last record of every document stays its verdict. The state folder
+and DIR2 are locked as `dedup run` locks them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams.core.relink import (
+    Change,
+    Cutoff,
+    Label,
+    Plan,
+    apply,
+    change_record,
+    check,
+    plan_cutoff,
+    plan_decisions,
+)
+from streams.records.output import now_rfc3339
+from streams.runner.embedded import RunPaths, _claim_outputs, link_identity, locked
+from streams.runner.jsonl import JsonlOutput, read_lines
+from streams.stores.journal import JOURNAL_FILE, Journal
+from streams.stores.sqlite import SqliteStateStore
+
+
+@dataclass
+class RelinkResult:
+    plan: Plan
+    made: list[Change] = field(default_factory=list)
+    """The changes made in the state now (a rerun finds some made already)."""
+    written: int = 0
+    """Link records appended."""
+    published: int = 0
+    """Articles appended to deduped.jsonl."""
+
+
+def read_labels(path: Path) -> list[Label]:
+    """The decisions of a labels.jsonl file; ValueError naming the first line that is no label."""
+    labels = []
+    for line in read_lines([str(path)]):
+        try:
+            record = orjson.loads(line.raw)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            labels.append(Label.from_record(record))
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}:{line.line_no} is not a label ({exc})") from None
+    return labels
+
+
+def relink_files(
+    state_dir: Path,
+    out_dir: Path,
+    *,
+    decisions: Iterable[Label] | None = None,
+    cutoff: Cutoff | None = None,
+    dry_run: bool = False,
+    articles: Sequence[Path] = (),
+) -> RelinkResult:
+    """Apply `decisions` (labels) or a `cutoff` to the state folder; the new records go to `out_dir`.
+
+    `articles`: deduped.jsonl files where documents were published, for a document to publish
+    that the semantic stage never embedded (out_dir/deduped.jsonl is read too).
+    """
+    if (decisions is None) == (cutoff is None):
+        raise ValueError("give decisions (labels) or a cut-off, one of them")
+    if not (state_dir / JOURNAL_FILE).is_file():
+        raise ValueError(
+            f"{state_dir} has no journal of links: a state folder written by `dedup run`, or rebuilt with"
+            " `dedup replay --state`, has one"
+        )
+    paths = RunPaths(out=out_dir, state=state_dir)
+    with ExitStack() as held:
+        if not dry_run:
+            held.enter_context(locked(out_dir, "output folder"))
+            if state_dir.resolve() != out_dir.resolve():
+                held.enter_context(locked(state_dir))
+        state = SqliteStateStore(state_dir / "state.sqlite3")
+        journal = Journal(state_dir)
+        try:
+            published = _Published([out_dir / "deduped.jsonl", *articles])
+            if decisions is not None:
+                plan = plan_decisions(journal.links(), decisions, state.exact_lookup, journal.candidate, published)
+            else:
+                assert cutoff is not None
+                plan = plan_cutoff(journal.links(), cutoff, state.exact_lookup, journal.candidate, published)
+            result = RelinkResult(plan)
+            if dry_run or not plan.changes:
+                return result
+            _claim_outputs(paths, force=False)
+            todo = check(plan.changes, state)
+            records = [change_record(change, now_rfc3339()) for change in plan.changes]
+            links = _LastRecords(paths.links)
+            deduped = JsonlOutput(paths.deduped, _deduped_identity)
+            try:
+                for change, record in zip(plan.changes, records, strict=True):
+                    result.written += links.write(record)
+                    if change.article is not None:
+                        result.published += deduped.write(change.article)
+            finally:
+                links.close()
+                deduped.close()
+            if todo:
+                from streams.vectors.edge import EdgeVectorStore
+
+                with EdgeVectorStore(state_dir / "vectors") as vectors:
+                    result.made = apply(todo, state, vectors, checked=True)
+                state.commit()
+            for record in records:
+                journal.put_link(record)
+            journal.commit()
+            return result
+        finally:
+            journal.close()
+            state.close()
+
+
+def _deduped_identity(record: dict[str, Any]) -> object:
+    """An article published again with another verdict (unlinked after review) is written again."""
+    return [record.get("id"), record.get("features", {}).get("content_hash"), record.get("features", {}).get("verdict")]
+
+
+class _LastRecords:
+    """links.jsonl, appended to unless a document's last record there says the same already."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last: dict[str, bytes] = {}
+        if path.exists():
+            # JsonlOutput cuts a torn last line and refuses a file that is not JSON lines.
+            JsonlOutput(path, lambda record: record).close()
+            with open(path, "rb") as handle:
+                for line in handle:
+                    record = orjson.loads(line)
+                    self._last[record["doc_id"]] = self._key(record)
+        self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+
+    @staticmethod
+    def _key(record: dict[str, Any]) -> bytes:
+        said = [link_identity(record), record.get("decided_by"), record.get("previous")]
+        return hashlib.blake2b(orjson.dumps(said), digest_size=16).digest()
+
+    def write(self, record: dict[str, Any]) -> bool:
+        key = self._key(record)
+        if self._last.get(record["doc_id"]) == key:
+            return False
+        self._last[record["doc_id"]] = key
+        self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
+        return True
+
+    def close(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+
+
+class _Published:
+    """Articles published before, by id, read from deduped files on first need (the latest wins)."""
+
+    def __init__(self, sources: Sequence[Path]) -> None:
+        self._sources = sources
+        self._found: dict[str, dict[str, Any]] | None = None
+
+    def __call__(self, doc_id: str) -> dict[str, Any] | None:
+        if self._found is None:
+            self._found = {}
+            for source in self._sources:
+                if not source.is_file():
+                    continue
+                for line in read_lines([str(source)]):
+                    try:
+                        record = orjson.loads(line.raw)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(record, dict) and isinstance(record.get("id"), str):
+                        self._found[record["id"]] = record
+        return self._found.get(doc_id)
