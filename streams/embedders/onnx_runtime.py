@@ -176,7 +176,6 @@ class OnnxBgeM3Embedder(LazyEmbedder):
         self.provider = session.get_providers()[0]
         tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         tokenizer.no_padding()
-        tokenizer.enable_truncation(self.max_length)
         pad_id = tokenizer.token_to_id("<pad>")
         return _Session(session, tokenizer, 1 if pad_id is None else pad_id, "cuda" if cuda else "cpu", device_id)
 
@@ -200,6 +199,7 @@ class _Session:
         self.device_id = device_id
 
     def encode(self, texts: list[str], batch_size: int, max_length: int) -> np.ndarray:
+        self.tokenizer.enable_truncation(max_length)
         token_ids = [encoding.ids for encoding in self.tokenizer.encode_batch(texts)]
         out: np.ndarray | None = None
         for rows, width in length_batches([len(ids) for ids in token_ids], batch_size, max_length):
