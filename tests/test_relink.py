@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -621,3 +624,110 @@ def test_a_cut_off_leaves_people_s_decisions_and_reviews_alone(world: World) -> 
     world.relink(decisions=[_label("A", "B", True)])  # A: unlinked by the cut-off, linked back by a person
     assert world.latest("relinked")["A"]["decided_by"] == "person"
     assert world.relink(cutoff=Cutoff(0.98)).plan.changes == []  # nothing left to the threshold
+
+
+# ---------------------------------------------------------------- stopped anywhere, run again
+
+
+def test_a_relink_stopped_before_the_state_was_written_is_completed_by_running_it_again(world: World) -> None:
+    """Outputs written, then killed: the state and the journal are as before; running again writes
+    the state and appends nothing twice."""
+    saved = world.folder / "saved-state"
+    shutil.copytree(world.state, saved)
+    world.relink(decisions=[_label("A", "B", False)])
+    relinked, lines = dump(world.state), (world.folder / "relinked" / "links.jsonl").read_bytes()
+    shutil.rmtree(world.state)
+    shutil.copytree(saved, world.state)  # the state as the kill left it
+    again = world.relink(decisions=[_label("A", "B", False)])
+    assert len(again.made) == 5 and again.written == 0 and again.published == 0
+    assert dump(world.state) == relinked
+    assert (world.folder / "relinked" / "links.jsonl").read_bytes() == lines
+
+
+def test_a_relink_stopped_before_the_journal_was_written_is_completed_by_running_it_again(world: World) -> None:
+    journal = world.state / "journal.sqlite3"
+    saved = journal.read_bytes()
+    world.relink(decisions=[_label("A", "B", False)])
+    relinked, lines = dump(world.state), (world.folder / "relinked" / "links.jsonl").read_bytes()
+    for wal in world.state.glob("journal.sqlite3-*"):
+        wal.unlink()
+    journal.write_bytes(saved)  # the journal as the kill left it: the state is relinked
+    again = world.relink(decisions=[_label("A", "B", False)])
+    assert again.made == [] and again.written == 0 and len(again.plan.changes) == 5
+    assert dump(world.state) == relinked
+    assert (world.folder / "relinked" / "links.jsonl").read_bytes() == lines
+    assert world.relink(decisions=[_label("A", "B", False)]).plan.changes == []  # the journal caught up
+
+
+def test_a_relink_planned_on_another_state_writes_nothing(world: World) -> None:
+    from streams.core.relink import Stale, apply, plan_decisions
+    from streams.stores.journal import Journal
+    from streams.stores.sqlite import SqliteStateStore
+
+    state, journal = SqliteStateStore(world.state / "state.sqlite3"), Journal(world.state)
+    try:
+        plan = plan_decisions(journal.links(), [_label("A", "B", False)], state.exact_lookup, journal.candidate)
+        state.replace_verdict(Link("A-synd", Verdict.UNLINKED, "A-synd"), state.verdict_of("A-synd"))
+        with pytest.raises(Stale, match="A-synd has another verdict"):
+            apply(plan.changes, state)
+        assert state.verdict_of("A").verdict is Verdict.DUPLICATE  # checked before anything was made
+    finally:
+        journal.close()
+
+
+# ---------------------------------------------------------------- the command
+
+
+def dedup(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def test_a_dry_run_prints_what_would_change_and_writes_nothing(world: World) -> None:
+    labels = world.folder / "labels.jsonl"
+    label = {"a": "A", "b": "B", "score": 0.985, "band": "0.98-1.00", "model": "toy@1", "same_language": True}
+    labels.write_bytes(orjson.dumps({**label, "label": False, "labelled_at": "2026-03-02T10:00:00Z"}) + b"\n")
+    state = dump(world.state)
+    out = world.folder / "relinked"
+    done = dedup("relink", "--state", str(world.state), "--out", str(out), "--decisions", str(labels), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "would change" in done.stdout and "A-recrawl" in done.stdout and "follows A" in done.stdout
+    assert "would change 5 verdicts; nothing written" in done.stderr
+    assert dump(world.state) == state and not out.exists()
+    done = dedup("relink", "--state", str(world.state), "--out", str(out), "--decisions", str(labels))
+    assert done.returncode == 0, done.stderr
+    assert "changed 5 verdicts (5 in the state now); 5 link records and 1 articles" in done.stderr
+    assert world.latest("relinked")["A"]["verdict"] == "unlinked"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stage", "semantic", "--below", "0.9", "--decisions", "labels.jsonl"], "give --decisions"),
+        (["--below", "0.9"], "--below needs --stage semantic"),
+        (["--stage", "simhash", "--below", "3"], "re-judges semantic links, not simhash"),
+        (["--stage", "semantic", "--below", "0.9", "--pair", "some"], "pair must be same, cross or both"),
+        (["--decisions", "labels.jsonl"], "labels.jsonl:2 is not a label"),
+        (["--stage", "semantic", "--below", "0.9", "--out-missing"], "No such option"),
+    ],
+)
+def test_mistakes_are_one_line(world: World, args: list[str], message: str) -> None:
+    labels = world.folder / "labels.jsonl"
+    labels.write_bytes(b'{"a": "A", "b": "B", "label": false}\n{"a": "A"}\n')
+    args = [str(labels) if arg == "labels.jsonl" else arg for arg in args]
+    done = dedup("relink", "--state", str(world.state), "--out", str(world.folder / "relinked"), *args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_state_folder_without_a_journal_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    done = dedup("relink", "--state", str(tmp_path / "state"), "--out", str(tmp_path / "o"), "--stage", "semantic",
+                 "--below", "0.9")  # fmt: skip
+    assert done.returncode == 2 and "has no journal of links" in done.stderr
