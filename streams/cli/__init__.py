@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from streams import __version__
-from streams.cli import calibrate, files, label, relink, report, service  # noqa: F401  (each module adds its commands to the app)
+from streams.cli import calibrate, files, label, relink, report, review, service  # noqa: F401  (each module adds its commands to the app)
 from streams.cli.common import app
 
 

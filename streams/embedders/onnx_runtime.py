@@ -13,6 +13,7 @@ Vectors carry the same `ModelId` as `BgeM3Embedder`'s: the engine is no change o
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import warnings
@@ -159,7 +160,8 @@ class OnnxBgeM3Embedder(LazyEmbedder):
         cuda = wanted.startswith("cuda")
         device_id = int(wanted.partition(":")[2] or 0) if cuda else 0
         if cuda and hasattr(ort, "preload_dlls"):
-            ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels torch brings, where present
+            with contextlib.suppress(OSError):  # best effort: the session below says whether CUDA came up
+                ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels torch brings, where present
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         providers: list[Any] = [("CUDAExecutionProvider", {"device_id": device_id})] if cuda else []
