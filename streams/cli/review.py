@@ -78,6 +78,8 @@ def review_command(
         pairs, apply = files_review(state, out, articles or [], limit)
         where = f"{out / 'links.jsonl'}"
     else:
+        if out is not None or articles:
+            raise ValueError("--out and --articles go with --state; the service writes to its topics")
         raise ValueError("give --state DIR --out DIR2: reviewing the streaming service is not built yet")
     if not pairs:
         err.print("no reviews left to decide", highlight=False)
@@ -151,4 +153,3 @@ def _run_outputs(state: Path) -> list[Path]:
     if isinstance(named, str) and Path(named).resolve() == state.resolve() and deduped.is_file():
         return [deduped]
     return []
-
