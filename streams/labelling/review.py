@@ -185,6 +185,11 @@ class ReviewApp(LabelApp):
         super().refresh_pair()
         pair = self.current
         if pair is None:
+            done = sum(1 for p in self.pairs if p.key in self.labels)
+            message = f"Nothing left to review: {done} of {len(self.pairs)} reviews decided and applied"
+            if self.skipped:
+                message += f", {len(self.skipped)} skipped (shown again next time)"
+            self.query_one("#pair", Static).update(Text(message + ". b: back, q: quit.", style="bold"))
             return
         for side, text in (("a", pair.a_text), ("b", pair.b_text)):
             if text is None:
