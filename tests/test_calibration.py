@@ -498,7 +498,7 @@ def test_the_second_runs_precision_per_band_lies_within_the_fitted_intervals(e2e
         if band is None:
             continue  # no labels there: the fit printed no interval
         precision = duplicates[key] / n
-        compared.append((key, round(precision, 3), band["ci_low"], band["ci_high"]))
+        compared.append((key, f"{duplicates[key]} of {n}", round(precision, 3), band["ci_low"], band["ci_high"]))
         assert band["ci_low"] <= precision <= band["ci_high"], (key, precision, band)
     print("second run, precision per band against the fitted interval:", *compared, sep="\n  ")
     assert len(compared) >= 6, compared
@@ -527,7 +527,8 @@ def test_sample_from_the_candidates_topic_equals_sample_from_the_state(
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"t{uuid.uuid4().hex[:10]}.dedup.candidates"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    quiet = {"bootstrap.servers": kafka_bootstrap, "log_level": 0}  # no librdkafka lines when the broker stops
+    admin = AdminClient(quiet)
     created = admin.create_topics([NewTopic(topic, 3, 1, config={"cleanup.policy": "compact"})])
     created[topic].result(30)
     journal = Journal(e2e["folder"] / "run1" / "state")
@@ -535,7 +536,7 @@ def test_sample_from_the_candidates_topic_equals_sample_from_the_state(
         records = list(journal.candidates())
     finally:
         journal.close()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "log.connection.close": False})
+    producer = Producer({**quiet, "linger.ms": 5})
     for record in records:  # an older record of each document first: the latest one must win
         stale = {**record, "text": "superseded", "neighbours": []}
         producer.produce(topic, key=record["doc_id"], value=orjson.dumps(stale))

@@ -202,11 +202,13 @@ def check_command(
     if not scored.records:
         raise ValueError(f"no label in {labels} has both texts (a_text, b_text) to score again")
     result = fit(scored.model, labelled(scored.records), precision, review_precision)
-    before_models = Counter(r["model"] for r in unique)
+    # The labelled model's cut-offs from the same pairs, to compare with.
+    same_pairs = [r for r in unique if r.get("a_text") and r.get("b_text")]
+    before_models = Counter(r["model"] for r in same_pairs)
     before = None
     if len(before_models) == 1:
         (labelled_model,) = before_models
-        before = fit(labelled_model, labelled(unique), precision, review_precision)
+        before = fit(labelled_model, labelled(same_pairs), precision, review_precision)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(thresholds_toml(result, str(labels), now_rfc3339()), encoding="utf-8")
