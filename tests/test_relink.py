@@ -731,3 +731,21 @@ def test_a_state_folder_without_a_journal_is_refused(tmp_path: Path) -> None:
     done = dedup("relink", "--state", str(tmp_path / "state"), "--out", str(tmp_path / "o"), "--stage", "semantic",
                  "--below", "0.9")  # fmt: skip
     assert done.returncode == 2 and "has no journal of links" in done.stderr
+
+
+def test_documents_sent_again_after_a_relink_do_not_hide_it(world: World) -> None:
+    """A later run meets A and a copy of it again: their verdicts are written again as plain records.
+    The relink still knows what it did, in the state folder and in one rebuilt from all the links."""
+    first = dump(world.state)
+    world.relink(cutoff=Cutoff(0.99))
+    world.run([DAY_ONE[1], DAY_ONE[2]], "again")  # A and A-recrawl, as they came
+    assert [r["verdict"] for r in world.links("again")] == ["unlinked", "duplicate"]
+    assert "decided_by" not in world.links("again")[0]
+    files = [str(world.folder / name / "links.jsonl") for name in ("out", "relinked", "again")]
+    rebuilt = world.folder / "rebuilt"
+    replay_files(files, rebuilt)
+    assert dump(rebuilt) == dump(world.state)
+    for state in (world.state, rebuilt):
+        back = relink_files(state, world.folder / f"back-{state.name}", cutoff=Cutoff(0.98))
+        assert [c.doc_id for c in back.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
+        assert dump(state) == first

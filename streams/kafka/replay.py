@@ -98,8 +98,11 @@ def read_links(settings: Settings, stats: KafkaReplayStats, progress: Progress |
             doc_id = recorded.link.doc_id
             kept = latest.get(doc_id)
             if kept is None or kept[0] < order:
-                if kept is not None and recorded.vector is None and kept[1].link == recorded.link:
-                    recorded = replace(recorded, vector=kept[1].vector)  # a re-send of the same verdict
+                if kept is not None and kept[1].link == recorded.link:
+                    # A re-send of the same verdict: it may lack the vector, and a relink's keys.
+                    vector = kept[1].vector if recorded.vector is None else recorded.vector
+                    keys = kept[1].keys if recorded.keys is None else recorded.keys
+                    recorded = replace(recorded, vector=vector, keys=keys)
                 latest[doc_id] = (order, recorded)
     finally:
         consumer.close()

@@ -49,11 +49,15 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
                         stats.bad.append(f"{source}:{line.line_no}: {why}")
                         continue
                     first = False
-                    journal.put_link(record)
                     if restore(recorded, state, vectors):
                         stats.restored += 1
+                        journal.put_link(record)
                     else:
                         stats.already_there += 1
+                        if journal.link(recorded.link.doc_id) is None:
+                            journal.put_link(record)
+                        # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks
+                        # what a relink's record says of it (decided_by, previous), which relink reads.
                     if time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         journal.commit()
                         state.commit()

@@ -1,0 +1,293 @@
+"""`dedup relink` for the streaming service: Redis, the vector store and Kafka from the usual settings.
+
+The same plan as for files (streams.core.relink), made from the service's journal: the
+latest record of every document on `dedup.links` and the candidate records on
+`dedup.candidates` (`streams.kafka.journal.latest`), and Redis's exact-key index.
+Applying it, the relink writes as the workers do:
+
+1. under the registration lease, on a snapshot read under it, every change is checked
+   (a verdict that moved since the topics were read is `Stale`: the plan is made again
+   from a fresh read, a few times), then all of them are written in one MULTI/EXEC
+   transaction fenced by the lease: verdicts (with `seq` drawn from Redis's verdict
+   sequence), keys, band sets and group sizes, all or nothing;
+2. the vectors of new canonicals are written once their verdicts are recorded (and those
+   of canonicals linked back removed), still under the lease;
+3. the new link records (with their `seq`) go to `dedup.links` and the documents it
+   publishes to `articles.deduped`, and the relink reports success only once the broker
+   has acknowledged every one.
+
+Stopped after 1, the same relink run again finds its changes made in Redis (the topic
+does not have them yet, so it plans them again) and only sends their records (and
+vectors) again. With `DEDUP_QDRANT_URL=embedded` the vector shard is single-process:
+stop the workers of that host first.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaError, Message, Producer
+
+from streams.config import Settings
+from streams.core.model import Link, ModelId, Stage
+from streams.core.ports import Reads, VectorStore
+from streams.core.relink import (
+    Change,
+    Cutoff,
+    Label,
+    Plan,
+    Stale,
+    apply,
+    change_record,
+    check,
+    plan_cutoff,
+    plan_decisions,
+    recorded,
+)
+from streams.kafka.topics import CommandClient
+from streams.records.output import now_rfc3339
+from streams.runner.relink import RelinkResult
+from streams.stores.batched import BatchedState
+from streams.stores.redis_lock import LeaseLost, RedisLock
+from streams.stores.redis_store import RedisStateStore, StaleSnapshot
+from streams.vectors.batched import BatchedVectors
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 3
+"""Plans made from a fresh read of the topics before a relink that keeps finding the state moved gives up."""
+ACK_TIMEOUT_S = 60.0
+
+_JSON = orjson.OPT_SERIALIZE_NUMPY
+
+
+def relink_service(
+    settings: Settings,
+    *,
+    decisions: Iterable[Label] | None = None,
+    cutoff: Cutoff | None = None,
+    dry_run: bool = False,
+) -> RelinkResult:
+    """Apply `decisions` (labels) or a `cutoff` to the streaming service's state and topics."""
+    from streams.service.resources import redis_client, vector_store
+
+    if (decisions is None) == (cutoff is None):
+        raise ValueError("give decisions (labels) or a cut-off, one of them")
+    labels = list(decisions) if decisions is not None else None
+    client = redis_client(settings)
+    state = RedisStateStore(client, settings.redis_prefix)
+    vectors: VectorStore | None = None
+    try:
+        for attempt in range(1, ATTEMPTS + 1):
+            plan = _plan(settings, state, labels, cutoff)
+            result = RelinkResult(plan)
+            if dry_run or not plan.changes:
+                return result
+            if vectors is None and (settings.qdrant_url or Stage.SEMANTIC in settings.stages):
+                vectors = vector_store(settings)
+            try:
+                standing = _write(settings, client, state, vectors, plan, result)
+            except (Stale, StaleSnapshot, LeaseLost) as exc:
+                if attempt == ATTEMPTS:
+                    raise Stale(f"the stream kept moving while relinking ({exc}); run the relink again") from None
+                log.info("relink planned again: %s", exc)
+                continue
+            _send(settings, plan.changes, standing, result)
+            return result
+        raise AssertionError("unreachable")
+    finally:
+        client.close()
+        close = getattr(vectors, "close", None)
+        if close is not None:
+            close()
+
+
+def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None, cutoff: Cutoff | None) -> Plan:
+    """The plan from the topics read to their end now."""
+    from streams.kafka.journal import latest
+
+    links = latest_links(settings)
+    candidates = latest(settings, settings.topics.candidates).records
+    # Decision order: Redis's verdict sequence (records without one, older than it, first).
+    order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
+    published = _Published(settings)
+    if labels is not None:
+        return plan_decisions(order, labels, state.exact_lookup, candidates.get, published)
+    assert cutoff is not None
+    return plan_cutoff(order, cutoff, state.exact_lookup, candidates.get, published)
+
+
+RELINK_FIELDS = ("decided_by", "reason", "previous", "keys")
+
+
+def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The latest record of every document on the links topic, as `streams.kafka.journal.latest` picks it,
+    with what its latest relink said.
+
+    A worker that meets a relinked document again (a crawler sent it again) re-sends its verdict as a
+    plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
+    It is the latest record then; the relink's fields are taken from the relink's record.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from streams.kafka.journal import Position
+    from streams.kafka.replay import POLL_S, end_offsets
+
+    topic = settings.topics.links
+    client = CommandClient(settings)
+    client.reach(AdminClient(client.config()))
+    consumer = Consumer(
+        client.config(
+            **{
+                "group.id": f"dedup-relink-{uuid.uuid4().hex}",  # nothing is committed under it
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+    )
+    last: dict[str, tuple[Position, dict[str, Any]]] = {}
+    relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
+    try:
+        ends = end_offsets(consumer, topic)
+        remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
+        consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in ends])
+        while remaining:
+            message = consumer.poll(POLL_S)
+            if message is None:
+                continue
+            if message.error() is not None:
+                raise KafkaException(message.error())
+            partition, offset = message.partition(), message.offset()
+            if partition not in remaining or offset >= remaining[partition]:
+                continue
+            if offset + 1 >= remaining[partition]:
+                del remaining[partition]
+            try:
+                record = orjson.loads(message.value() or b"")
+                seq = record.get("seq")
+                position = Position(partition, offset, seq if isinstance(seq, int) and seq > 0 else None)
+                doc_id = record["doc_id"]
+            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+                continue  # replay and report say which records are unreadable
+            for kept, wanted in ((last, True), (relinked, "decided_by" in record)):
+                if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
+                    kept[doc_id] = (position, record)
+    finally:
+        consumer.close()
+    found = {}
+    for doc_id, (_, record) in last.items():
+        relink = relinked.get(doc_id, (None, None))[1]
+        same = ("verdict", "canonical_id", "stage")
+        if "decided_by" not in record and relink is not None and all(record[f] == relink[f] for f in same):
+            record = {**record, **{name: relink[name] for name in RELINK_FIELDS if name in relink}}
+        found[doc_id] = record
+    return found
+
+
+def _write(
+    settings: Settings,
+    client: Any,
+    state: RedisStateStore,
+    vectors: VectorStore | None,
+    plan: Plan,
+    result: RelinkResult,
+) -> dict[str, Link]:
+    """Check and write every change under the lease; the verdict that stands for each document, with its seq."""
+    lock = RedisLock(client, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
+    batched = BatchedState(state)
+    held = BatchedVectors(vectors) if vectors is not None else None
+    ids = [change.doc_id for change in plan.changes]
+    keys = [key for change in plan.changes for key in _keys(change)]
+    with lock.held() as lease:
+        batched.warm(Reads(doc_ids=ids, exact_keys=keys, band_queries=[]))
+        todo = check(plan.changes, batched)
+        result.made = apply(todo, batched, held, checked=True)
+        made = batched.flush(lease, exact=True)
+        if held is not None:
+            held.flush(set(made))
+    # Changes found made already (a relink stopped before its records were sent): their vectors once more.
+    done_now = {id(change) for change in todo}
+    again = [change for change in plan.changes if id(change) not in done_now]
+    if again and vectors is not None:
+        for change in again:
+            _vectors_again(change, vectors)
+    standing = state.verdicts_of([change.doc_id for change in again])
+    return {**{doc_id: link for doc_id, link in standing.items() if link is not None}, **made}
+
+
+def _keys(change: Change) -> list[str]:
+    from streams.core.cascade import CONTENT_KEY, URL_KEY
+
+    return [URL_KEY + change.record["url_hash"], CONTENT_KEY + change.record["content_hash"]]
+
+
+def _vectors_again(change: Change, vectors: VectorStore) -> None:
+    """What the change did to the vectors, done again (both are idempotent)."""
+    again = recorded(change)
+    if change.link.verdict.canonical and again.vector is not None and change.link.model:
+        name, _, version = change.link.model.partition("@")
+        model = ModelId(name, version, len(again.vector))
+        vectors.add(model, change.doc_id, again.vector, again.published_at, again.language)
+    elif change.previous.verdict.canonical and change.previous.model:
+        name, _, version = change.previous.model.partition("@")
+        vectors.remove(ModelId(name, version, 0), change.doc_id)
+
+
+def _send(settings: Settings, changes: list[Change], standing: dict[str, Link], result: RelinkResult) -> None:
+    """Produce the link records (with seq) and the published articles; RuntimeError unless all are acknowledged."""
+    client = CommandClient(settings)
+    producer = Producer(client.config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 5}))
+    client.reach(producer)
+    failed: list[str] = []
+
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            failed.append(f"{message.topic()} {message.key()!r}: {error.str()}")
+
+    linked_at = now_rfc3339()
+    for change in changes:
+        seq = standing[change.doc_id].seq if change.doc_id in standing else None
+        key = change.doc_id.encode()
+        record = change_record(change, linked_at, seq)
+        _produce(producer, settings.topics.links, key, orjson.dumps(record, option=_JSON), delivered)
+        result.written += 1
+        if change.article is not None:
+            _produce(producer, settings.topics.deduped, key, orjson.dumps(change.article), delivered)
+            result.published += 1
+    remaining = producer.flush(ACK_TIMEOUT_S)
+    if remaining or failed:
+        why = failed[0] if failed else f"{remaining} records unacknowledged after {ACK_TIMEOUT_S:.0f} s"
+        raise RuntimeError(
+            f"the state is relinked but not every record reached the broker ({why}):"
+            " run the same relink again to send them"
+        )
+
+
+def _produce(producer: Producer, topic: str, key: bytes, value: bytes, on_delivery: Callable[..., None]) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+            return
+        except BufferError:  # the local queue is full: let deliveries drain it
+            producer.poll(0.5)
+
+
+class _Published:
+    """Articles published before (`articles.deduped`), read on first need: for a document to publish
+    whose candidate record has no article (one the semantic stage never embedded, or too large)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._found: dict[str, dict[str, Any]] | None = None
+
+    def __call__(self, doc_id: str) -> dict[str, Any] | None:
+        if self._found is None:
+            from streams.kafka.journal import latest
+
+            self._found = latest(self._settings, self._settings.topics.deduped).records
+        return self._found.get(doc_id)
