@@ -34,7 +34,7 @@ from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.core.relink import Cutoff, Label
-from streams.runner.embedded import RunPaths, run
+from streams.runner.embedded import RunPaths, locked, run
 from streams.runner.relink import RelinkResult, relink_files
 from streams.runner.replay import replay_files
 from streams.stores.batched import BatchedState
@@ -749,3 +749,19 @@ def test_documents_sent_again_after_a_relink_do_not_hide_it(world: World) -> Non
         back = relink_files(state, world.folder / f"back-{state.name}", cutoff=Cutoff(0.98))
         assert [c.doc_id for c in back.plan.changes] == ["A", "A-recrawl", "A-wire", "A-synd", "Y"]
         assert dump(state) == first
+
+
+def test_a_state_folder_in_use_is_not_relinked(world: World) -> None:
+    with locked(world.state), pytest.raises(RuntimeError, match="in use by another dedup run"):
+        world.relink(decisions=[_label("A", "B", False)])
+    assert world.latest("out")["A"]["verdict"] == "duplicate" and dump(world.state)["verdicts"]["A"][0] == "duplicate"
+
+
+def test_outputs_of_another_state_folder_are_not_written_to(world: World) -> None:
+    other = world.folder / "other"
+    other.mkdir()
+    (other / "links.jsonl").write_bytes(b'{"doc_id": "x"}\n')
+    (other / "run.json").write_bytes(orjson.dumps({"state": str(world.folder / "elsewhere")}))
+    with pytest.raises(ValueError, match="holds the outputs of state folder"):
+        world.relink("other", decisions=[_label("A", "B", False)])
+    assert dump(world.state)["verdicts"]["A"][0] == "duplicate"
