@@ -20,7 +20,6 @@ from numba import njit
 
 BANDS = 4
 BAND_BITS = 16
-_BAND_MASK = (1 << BAND_BITS) - 1
 
 _ASCII_BREAKS = np.zeros(128, dtype=np.bool_)
 _ASCII_BREAKS[[ord(c) for c in string.punctuation + string.whitespace]] = True
@@ -125,9 +124,165 @@ def char_simhash(text: str, ngram: int) -> int:
 
 
 def bands(simhash: int) -> tuple[int, ...]:
-    """The four 16-bit bands, lowest bits first."""
-    return tuple((simhash >> (BAND_BITS * i)) & _BAND_MASK for i in range(BANDS))
+    """The four 16-bit bands, lowest bits first (written out: the decisions call this for every document)."""
+    return (simhash & 0xFFFF, (simhash >> 16) & 0xFFFF, (simhash >> 32) & 0xFFFF, (simhash >> 48) & 0xFFFF)
 
 
 def hamming(a: int, b: int) -> int:
     return (a ^ b).bit_count()
+
+
+# ---------------------------------------------------------------------------------------------
+# The batched path: every fingerprint of a chunk in one call, read from the UTF-8 buffer of its
+# normalised texts (`text.document_texts`), lowercased in the kernel. `str.lower` is one
+# codepoint to one everywhere except U+0130 (to two) and U+03A3 (final sigma, by context); a
+# document with either, or with a codepoint beyond the BMP, is left to `word_simhash` /
+# `char_simhash` by the caller, so every fingerprint is the one-document path's.
+
+_LOWER = np.array([ord(low) if len(low := chr(c).lower()) == 1 else c for c in range(0x10000)], dtype=np.uint32)
+# The bits of a byte, one to a byte: adding spread[b] to a 64-bit word counts those 8 bits in 8
+# byte-wide counters at once, so a shingle costs 8 additions instead of 64.
+_SPREAD = np.array([sum(((b >> j) & 1) << (8 * j) for j in range(8)) for b in range(256)], dtype=np.uint64)
+
+
+@njit(cache=True)
+def _mix_one(x: np.uint64) -> np.uint64:
+    """`_mix`, as a plain call (the batch kernel is written flat; see `text._normalize_part`)."""
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def _vote(units: np.ndarray, n: int, size: int, spread: np.ndarray) -> np.uint64:
+    """`_fingerprint(units[:n], size)`, counting the 64 votes eight at a time in byte-wide counters."""
+    if n == 0:
+        return np.uint64(0)
+    size = min(size, n)
+    shingles = n - size + 1
+    votes = np.zeros(64, dtype=np.int64)
+    counters = np.zeros(8, dtype=np.uint64)
+    pending = 0
+    for start in range(shingles):
+        h = np.uint64(0)
+        for offset in range(size):
+            h = h * _SHINGLE_MUL + units[start + offset]
+        h = _mix_one(h)
+        for k in range(8):
+            counters[k] += spread[(h >> np.uint64(8 * k)) & np.uint64(0xFF)]
+        pending += 1
+        if pending == 255 or start == shingles - 1:  # before a byte counter can overflow, and at the end
+            for k in range(8):
+                packed = counters[k]
+                for j in range(8):
+                    votes[8 * k + j] += np.int64((packed >> np.uint64(8 * j)) & np.uint64(0xFF))
+                counters[k] = 0
+            pending = 0
+    result = np.uint64(0)
+    for bit in range(64):
+        if 2 * votes[bit] > shingles:
+            result |= np.uint64(1) << np.uint64(bit)
+    return result
+
+
+@njit(cache=True)
+def _simhash_docs(
+    buffer: np.ndarray,
+    spans: np.ndarray,
+    words: np.ndarray,
+    sizes: np.ndarray,
+    lower: np.ndarray,
+    ascii_breaks: np.ndarray,
+    other_breaks: np.ndarray,
+    spread: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fingerprints of the documents at `spans` of `buffer`, and which ones it could not lowercase.
+
+    One pass per document does what `_codepoints`, `_units` and `_fingerprint` do: UTF-8
+    decoding, lowercasing, segmentation and unit hashing, then the vote.
+    """
+    n = spans.shape[0]
+    result = np.zeros(n, dtype=np.uint64)
+    unsure = np.zeros(n, dtype=np.bool_)
+    longest = 0
+    for d in range(n):
+        longest = max(longest, spans[d, 1] - spans[d, 0])
+    units = np.empty(longest + 1, dtype=np.uint64)
+    other0, other1, other2 = other_breaks[0], other_breaks[1], other_breaks[2]
+    space_unit = _mix_one(np.uint64(32))
+    for d in range(n):
+        word_units = words[d]
+        i, end, count = spans[d, 0], spans[d, 1], 0
+        current = np.uint64(0)
+        in_word = False
+        pending_space = False
+        while i < end:
+            b = np.int64(buffer[i])
+            if b < 0x80:
+                cp = b + 32 if 0x41 <= b <= 0x5A else b
+                i += 1
+            else:
+                if b < 0xE0:
+                    cp = ((b & 0x1F) << 6) | (np.int64(buffer[i + 1]) & 0x3F)
+                    i += 2
+                elif b < 0xF0:
+                    cp = ((b & 0x0F) << 12) | ((np.int64(buffer[i + 1]) & 0x3F) << 6) | (np.int64(buffer[i + 2]) & 0x3F)
+                    i += 3
+                else:
+                    unsure[d] = True
+                    break
+                if cp == 0x130 or cp == 0x3A3:
+                    unsure[d] = True
+                    break
+                cp = np.int64(lower[cp])
+            if cp < 128:  # noqa: SIM108 - two plain branches compile to the fastest code here
+                is_break = ascii_breaks[cp]
+            else:
+                is_break = cp in (other0, other1, other2)
+            if is_break:
+                if in_word:
+                    if word_units:
+                        units[count] = _mix_one(current)
+                        count += 1
+                    in_word = False
+                    pending_space = True
+                continue
+            if word_units:
+                if not in_word:
+                    current = np.uint64(0)
+                current = current * _UNIT_MUL + np.uint64(cp + 1)
+            else:
+                if pending_space and count > 0:
+                    units[count] = space_unit
+                    count += 1
+                units[count] = _mix_one(np.uint64(cp))
+                count += 1
+            pending_space = False
+            in_word = True
+        if unsure[d]:
+            continue
+        if word_units and in_word:
+            units[count] = _mix_one(current)
+            count += 1
+        result[d] = _vote(units, count, sizes[d], spread)
+    return result, unsure
+
+
+def simhash_batch(buffer: np.ndarray, spans: np.ndarray, words: np.ndarray, sizes: np.ndarray) -> list[int | None]:
+    """`word_simhash` (where `words`) or `char_simhash` of each normalised text in `buffer` at `spans`,
+    with shingle or n-gram size `sizes`; None where the caller must use those functions instead."""
+    if len(spans) == 0:
+        return []
+    found, unsure = _simhash_docs(
+        buffer,
+        np.ascontiguousarray(spans, dtype=np.int64),
+        words.astype(np.bool_),
+        sizes.astype(np.int64),
+        _LOWER,
+        _ASCII_BREAKS,
+        _OTHER_BREAKS,
+        _SPREAD,
+    )
+    return [None if skip else value for value, skip in zip(found.tolist(), unsure.tolist(), strict=True)]

@@ -17,6 +17,11 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
 
 _CANONICAL_FORMS = {
     **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u00b4\u0060\u2039\u203a", "'"),
@@ -61,3 +66,357 @@ def document_text(title: str | None, body: str) -> str:
 
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The batched path: one compiled pass over a chunk of documents gives exactly `document_text`.
+#
+# Per part (headline, body) Python keeps only what needs Unicode tables: the ASCII test and NFKC
+# (`_pre_nfkc`). Everything after NFKC runs in one Numba call over the UTF-8 bytes of the whole
+# chunk: canonical quotes and dashes, Bangla nukta recomposition, Indic joiners, whitespace
+# collapse, and headline + newline + body. Its output is the UTF-8 of every document's text, so
+# the content hash reads it as it is, and the SimHash kernel lowercases and shingles it in place.
+
+WHITESPACE = (
+    *(0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0, 0x1680),
+    *range(0x2000, 0x200B),
+    *(0x2028, 0x2029, 0x202F, 0x205F, 0x3000),
+)
+"""What `str.split()` splits on (`str.isspace`), as codepoints; tests/test_batched_features.py checks it."""
+_WHITESPACE_TABLE = np.zeros(0x3001, dtype=np.bool_)
+_WHITESPACE_TABLE[list(WHITESPACE)] = True
+_MAP_FROM = np.array(sorted(ord(k) for k in _CANONICAL_FORMS), dtype=np.int64)
+_MAP_TO = np.array([ord(_CANONICAL_FORMS[chr(c)]) if _CANONICAL_FORMS[chr(c)] else -1 for c in _MAP_FROM], np.int64)
+_NUKTA = 0x09BC
+_ZWNJ, _ZWJ = 0x200C, 0x200D
+
+
+@njit(cache=True)
+def _encode(cp: int, out: np.ndarray, pos: int) -> int:
+    """Write `cp` (not ASCII) as UTF-8 at `pos`; returns the position after it."""
+    if cp < 0x800:
+        out[pos] = 0xC0 | (cp >> 6)
+        out[pos + 1] = 0x80 | (cp & 0x3F)
+        return pos + 2
+    if cp < 0x10000:
+        out[pos] = 0xE0 | (cp >> 12)
+        out[pos + 1] = 0x80 | ((cp >> 6) & 0x3F)
+        out[pos + 2] = 0x80 | (cp & 0x3F)
+        return pos + 3
+    out[pos] = 0xF0 | (cp >> 18)
+    out[pos + 1] = 0x80 | ((cp >> 12) & 0x3F)
+    out[pos + 2] = 0x80 | ((cp >> 6) & 0x3F)
+    out[pos + 3] = 0x80 | (cp & 0x3F)
+    return pos + 4
+
+
+@njit(cache=True)
+def _canonical(cp: int, map_from: np.ndarray, map_to: np.ndarray) -> int:
+    """`_CANONICAL_FORMS` of a codepoint that may have an entry: itself, its replacement, or -1 (deleted)."""
+    lo, hi = 0, len(map_from)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if map_from[mid] < cp:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < len(map_from) and map_from[lo] == cp:
+        return map_to[lo]
+    return cp
+
+
+# The kernels below are written flat (UTF-8 decoding, tests and ASCII output inline): with
+# Numba 0.68 a helper that returns a tuple, or one marked inline="always", costs tens of
+# nanoseconds a character here, more than all the rest of the work.
+
+
+@njit(cache=True)
+def _normalize_part(
+    src: np.ndarray, start: int, end: int, out: np.ndarray, pos: int, spaces: np.ndarray, mf: np.ndarray, mt: np.ndarray
+) -> int:
+    """`normalize_text` after NFKC, in one pass: writes the part at `pos`, returns where it ends.
+
+    The steps `normalize_text` runs one after the other are applied to one stream: a deleted
+    character is gone before recomposition and joiners look at its neighbours, a pending
+    space stands between its neighbours for both, and a dropped joiner run keeps its
+    neighbours apart for recomposition (they were not adjacent when it ran).
+    """
+    first = pos
+    n_spaces = len(spaces)
+    prev = -1  # last codepoint written (-1: none)
+    prev_at = -1  # where it was written
+    pending_space = False
+    run_at = -1  # where the joiner run being read was written (-1: not in a run)
+    run_after = -1  # codepoint before the run
+    after_drop = False
+    i = start
+    while i < end:
+        b = np.int64(src[i])
+        if run_at < 0 and 0x20 <= b <= 0x7E and b != 0x60:  # most of any text: what the steps below do to it
+            i += 1
+            if b == 0x20:
+                pending_space = True
+                continue
+            if pending_space and pos > first:
+                out[pos] = 0x20
+                pos += 1
+            pending_space = False
+            after_drop = False
+            prev_at = pos
+            prev = b
+            out[pos] = b
+            pos += 1
+            continue
+        if b < 0x80:
+            cp = b
+            i += 1
+        elif b < 0xE0:
+            cp = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F)
+            i += 2
+        elif b < 0xF0:
+            cp = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
+            i += 3
+        else:
+            cp = ((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
+            cp |= ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F)
+            i += 4
+        if cp == 0x60:
+            cp = 0x27
+        elif 0xAB <= cp <= 0xBB or cp >= 0x200B:  # ASCII and the Indic blocks have no entry
+            cp = _canonical(cp, mf, mt)
+            if cp < 0:
+                continue
+        if cp == 0x200C or cp == 0x200D:  # ZWNJ, ZWJ
+            if run_at < 0:
+                run_at = pos
+                run_after = -1 if pending_space else prev
+                if pending_space and pos > first:
+                    out[pos] = 0x20
+                    pos += 1
+            pos = _encode(cp, out, pos)
+            continue
+        space = cp < n_spaces and spaces[cp]
+        if run_at >= 0:  # a run of joiners ends here: dropped next to an Indic letter
+            if (0x0900 <= run_after <= 0x0DFF) or (not space and 0x0900 <= cp <= 0x0DFF):
+                pos = run_at
+                after_drop = True
+            else:
+                pending_space = False
+                prev = 0x200D
+                after_drop = False
+            run_at = -1
+        if space:
+            pending_space = True
+            continue
+        if cp == 0x09BC and not pending_space and not after_drop and prev_at >= 0:  # nukta
+            composed = -1
+            if prev == 0x09A1:
+                composed = 0x09DC
+            elif prev == 0x09A2:
+                composed = 0x09DD
+            elif prev == 0x09AF:
+                composed = 0x09DF
+            if composed >= 0:
+                _encode(composed, out, prev_at)  # three bytes over three bytes
+                prev = composed
+                continue
+        if pending_space and pos > first:
+            out[pos] = 0x20
+            pos += 1
+        pending_space = False
+        after_drop = False
+        prev_at = pos
+        prev = cp
+        if cp < 0x80:
+            out[pos] = cp
+            pos += 1
+        else:
+            pos = _encode(cp, out, pos)
+    if run_at >= 0 and 0x0900 <= run_after <= 0x0DFF:
+        pos = run_at
+    return pos
+
+
+@njit(cache=True)
+def _normalize_docs(
+    src: np.ndarray, parts: np.ndarray, spaces: np.ndarray, mf: np.ndarray, mt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every document's text (headline, newline, body; `document_text`) as UTF-8, and its span."""
+    n = parts.shape[0]
+    out = np.empty(len(src) + n, dtype=np.uint8)  # nothing grows but the newline
+    spans = np.empty((n, 2), dtype=np.int64)
+    pos = 0
+    for d in range(n):
+        spans[d, 0] = pos
+        head = _normalize_part(src, parts[d, 0], parts[d, 1], out, pos, spaces, mf, mt)
+        if head > pos:
+            out[head] = 0x0A
+            head += 1
+        pos = _normalize_part(src, parts[d, 2], parts[d, 3], out, head, spaces, mf, mt)
+        spans[d, 1] = pos
+    return out[:pos], spans
+
+
+def _pre_nfkc(text: str) -> str:
+    """What `normalize_text` does before its character rules: NFKC, where it changes anything."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text
+    return unicodedata.normalize("NFKC", text)
+
+
+# NFKC without unicodedata for the characters most news is written in. unicodedata's quick
+# check answers "maybe" for every Bangla text (the vowel sign AA, U+09BE, may compose with
+# U+09C7 before it), and then normalises it whole at about 70 ns a character: the largest
+# single cost of a Bangla document. Over this domain a text is left as it is by NFKC, up to
+# the three nukta letters that NFKC decomposes and `normalize_text` composes again, unless a
+# character outside it, a combining mark out of canonical order, or a composable pair shows
+# up; `_nfkc_unchanged` checks exactly that, and any other text goes to unicodedata.
+_NFKC_DOMAIN = (
+    *range(0x09, 0x0E),
+    *range(0x20, 0x7F),
+    *range(0xA0, 0x100),  # Latin-1
+    0x0964,  # danda and double danda
+    0x0965,
+    *range(0x0980, 0x0A00),  # Bengali
+    *range(0x2000, 0x2070),  # general punctuation
+    *range(0x20A0, 0x20C1),  # currency signs
+)
+_COMPOSES_AFTER = {0x09BE: 0x09C7, 0x09D7: 0x09C7}
+"""Characters of the domain (canonical class 0) that NFC composes with the one before it, which
+tests/test_batched_features.py finds again from the whole of Unicode."""
+_NUKTA_LETTERS = {0x09DC: 0x09A1, 0x09DD: 0x09A2, 0x09DF: 0x09AF}
+_INERT, _MARK, _AFTER, _NUKTA, _OTHER = 0, 1, 2, 3, 4
+
+
+def _nfkc_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per codepoint below the domain's end: its class, its canonical combining class, and for
+    `_AFTER` the character it composes with."""
+    size = max(_NFKC_DOMAIN) + 1
+    classes = np.full(size, _OTHER, dtype=np.uint8)
+    combining = np.zeros(size, dtype=np.uint8)
+    partner = np.zeros(size, dtype=np.int64)
+    for cp in _NFKC_DOMAIN:
+        char = chr(cp)
+        if cp in _NUKTA_LETTERS:
+            assert unicodedata.normalize("NFKC", char) == chr(_NUKTA_LETTERS[cp]) + "\u09bc"
+            classes[cp] = _NUKTA
+        elif unicodedata.normalize("NFKC", char) != char:
+            classes[cp] = _OTHER
+        elif cp in _COMPOSES_AFTER:
+            classes[cp], partner[cp] = _AFTER, _COMPOSES_AFTER[cp]
+        elif unicodedata.combining(char):
+            classes[cp], combining[cp] = _MARK, unicodedata.combining(char)
+        else:
+            classes[cp] = _INERT
+    return classes, combining, partner
+
+
+_NFKC_CLASS, _NFKC_COMBINING, _NFKC_PARTNER = _nfkc_tables()
+
+
+@njit(cache=True)
+def _nfkc_unchanged(
+    src: np.ndarray, spans: np.ndarray, classes: np.ndarray, combining: np.ndarray, partner: np.ndarray
+) -> np.ndarray:
+    """For each UTF-8 text at `spans`: whether NFKC leaves it as it is, but for the nukta letters."""
+    n = spans.shape[0]
+    unchanged = np.zeros(n, dtype=np.bool_)
+    size = len(classes)
+    for t in range(n):
+        i, end = spans[t, 0], spans[t, 1]
+        previous = -1  # the codepoint before, as NFKC decomposes it
+        last_class = 0  # canonical combining class of the mark before (0: none)
+        ok = True
+        while i < end:
+            b = np.int64(src[i])
+            if b < 0x80:
+                cp = b
+                i += 1
+            elif b < 0xE0:
+                cp = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F)
+                i += 2
+            elif b < 0xF0:
+                cp = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
+                i += 3
+            else:
+                ok = False
+                break
+            kind = classes[cp] if cp < size else _OTHER
+            if kind == _OTHER:
+                ok = False
+                break
+            if kind == _NUKTA:  # a base letter, then the nukta (class 7)
+                previous, last_class = 0x09BC, 7
+            elif kind == _MARK:
+                if combining[cp] < last_class:  # canonical reordering would move it
+                    ok = False
+                    break
+                previous, last_class = cp, combining[cp]
+            else:
+                if kind == _AFTER and previous == partner[cp]:  # NFC would compose the two
+                    ok = False
+                    break
+                previous, last_class = cp, 0
+        unchanged[t] = ok
+    return unchanged
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizedTexts:
+    """`document_text` of a batch, as one UTF-8 buffer and each document's span in it."""
+
+    buffer: np.ndarray
+    spans: np.ndarray
+    failed: frozenset[int]
+    """Documents whose text is not UTF-8 (a lone surrogate): left to the one-document path."""
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def text(self, index: int) -> str:
+        start, end = self.spans[index]
+        return str(memoryview(self.buffer)[start:end], "utf-8")
+
+    def content_hash(self, index: int) -> str:
+        """`content_hash` of the document's text, read from the buffer without encoding it again."""
+        start, end = self.spans[index]
+        return hashlib.sha256(memoryview(self.buffer)[start:end]).hexdigest()
+
+
+def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
+    """`document_text(title, body)` of every (title, body) pair, in two compiled passes."""
+    chunks: list[bytes] = []
+    failed: set[int] = set()
+    wider: list[int] = []  # chunks that are not ASCII
+    for index, (title, body) in enumerate(pairs):
+        for part in (title or "", body):
+            try:
+                chunks.append(part.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate
+                failed.add(index)
+                chunks.append(b"")
+            if not part.isascii():
+                wider.append(len(chunks) - 1)
+    if wider:  # NFKC, where it would change something
+        checked = [chunks[k] for k in wider]
+        unchanged = _nfkc_unchanged(
+            np.frombuffer(b"".join(checked), dtype=np.uint8),
+            _spans([len(chunk) for chunk in checked]),
+            _NFKC_CLASS,
+            _NFKC_COMBINING,
+            _NFKC_PARTNER,
+        )
+        for k, same in zip(wider, unchanged.tolist(), strict=True):
+            if not same and k // 2 not in failed:
+                title, body = pairs[k // 2]
+                chunks[k] = _pre_nfkc(body if k % 2 else title or "").encode("utf-8")
+    src = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    parts = _spans([len(chunk) for chunk in chunks]).reshape(len(pairs), 4)
+    buffer, spans = _normalize_docs(src, parts, _WHITESPACE_TABLE, _MAP_FROM, _MAP_TO)
+    return NormalizedTexts(buffer, spans, frozenset(failed))
+
+
+def _spans(lengths: list[int]) -> np.ndarray:
+    """(start, end) of consecutive pieces of these lengths."""
+    ends = np.cumsum(np.array(lengths, dtype=np.int64))
+    return np.stack((ends - np.array(lengths, dtype=np.int64), ends), axis=1)

@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+import numpy as np
 import orjson
 
 from streams.config import Settings
 from streams.core.model import Document
 from streams.features.extract import ExtractionError, extract_article
 from streams.features.language import detect_language, normalize_language
-from streams.features.simhash import char_simhash, word_simhash
-from streams.features.text import content_hash, document_text
+from streams.features.simhash import char_simhash, simhash_batch, word_simhash
+from streams.features.text import content_hash, document_text, document_texts
 from streams.features.url import SourceRules, UrlError, normalize_url, url_hash
 from streams.records.schemas import RAW_ARTICLE, SchemaError, validator
 
 # Unicode category Cc: C0 controls, DEL and C1 controls.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_REMEMBERED_LANGUAGES = 65_536
+"""Content hashes whose detected language the batched path keeps (about 10 MB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +69,48 @@ class Featurizer:
         self._settings = settings
         self._rules = rules if rules is not None else _load_rules(settings)
         self._validate = validator(RAW_ARTICLE)
+        self._languages: dict[str, str] = {}
+        """CLD2's answer by content hash, for the batched path (see `_detected`)."""
 
     def parse(self, raw: bytes, *, ingest_time: int) -> Document | Rejection:
         """One JSON line to a Document, or a Rejection saying what is wrong with it."""
+        article = self._loaded(raw)
+        if isinstance(article, Rejection):
+            return article
+        return self.featurize(article, raw, ingest_time=ingest_time)
+
+    def featurize(self, article: dict[str, Any], raw: bytes, *, ingest_time: int) -> Document | Rejection:
+        if (rejection := self._admitted(article, raw)) is not None:
+            return rejection
+        try:
+            return self._document(article, ingest_time)
+        except (UrlError, ExtractionError, ValueError) as exc:
+            return Rejection(str(exc), raw)
+
+    def parse_batch(self, raws: Sequence[bytes], *, ingest_time: int) -> list[Document | Rejection]:
+        """`parse` of every line, with exactly its results, the text work of all of them at once.
+
+        Per line, Python does what needs it (JSON, schema, URL, NFKC, language); text
+        normalisation runs in one compiled pass over the batch and SimHash in another, and
+        the content hash reads the normalised UTF-8 without encoding it again. One bad line
+        is one Rejection, as in `parse`: it never fails the others.
+        """
+        results: list[Document | Rejection | None] = [None] * len(raws)
+        pending: list[_Pending] = []
+        for index, raw in enumerate(raws):
+            article = self._loaded(raw)
+            if not isinstance(article, Rejection):
+                article = self._admitted(article, raw) or self._pending(index, article, raw)
+            if isinstance(article, Rejection):
+                results[index] = article
+            else:
+                pending.append(article)
+        for index, doc in self._featurized(pending, ingest_time):
+            results[index] = doc
+        return results  # type: ignore[return-value]  # every slot is filled
+
+    def _loaded(self, raw: bytes) -> dict[str, Any] | Rejection:
+        """The JSON object of a line, or why it is none (too long, not UTF-8, not JSON, not an object)."""
         limit = self._settings.max_record_bytes
         if len(raw) > limit:
             return Rejection(f"record is {len(raw):,} bytes, above the limit of {limit:,}", raw)
@@ -81,9 +124,10 @@ class Featurizer:
             return Rejection(f"invalid JSON: {exc}", raw)
         if not isinstance(article, dict):
             return Rejection(f"record must be a JSON object, got {type(article).__name__}", raw)
-        return self.featurize(article, raw, ingest_time=ingest_time)
+        return article
 
-    def featurize(self, article: dict[str, Any], raw: bytes, *, ingest_time: int) -> Document | Rejection:
+    def _admitted(self, article: dict[str, Any], raw: bytes) -> Rejection | None:
+        """Why the object cannot be an article (fields, schema, id), or None."""
         if "url" not in article:
             return Rejection("missing required field: url", raw)
         if article.get("body") is None and article.get("html") is None:
@@ -94,10 +138,80 @@ class Featurizer:
             return Rejection(f"schema: {exc.message}", raw)
         if (doc_id := article.get("id")) is not None and (problem := self._id_problem(str(doc_id))):
             return Rejection(problem, raw)
+        return None
+
+    def _pending(self, index: int, article: dict[str, Any], raw: bytes) -> _Pending | Rejection:
+        """What `_document` does before the text is normalised: the URL, and an HTML page's article text."""
         try:
-            return self._document(article, ingest_time)
+            normalized = normalize_url(article["url"], self._rules)
+            title, body = article.get("title"), article.get("body")
+            if body is None:
+                extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
+                title = title or extracted_title
         except (UrlError, ExtractionError, ValueError) as exc:
             return Rejection(str(exc), raw)
+        return _Pending(index, article, raw, normalized, title, body)
+
+    def _featurized(self, pending: list[_Pending], ingest_time: int) -> list[tuple[int, Document | Rejection]]:
+        """The rest of `_document` for a batch, its checks in the same order: text, date, hashes,
+        language; then every SimHash in one call."""
+        texts = document_texts([(p.title, p.body) for p in pending])
+        sim = self._settings.simhash
+        done: list[tuple[int, Document | Rejection]] = []
+        docs: list[Document] = []
+        at: list[int] = []
+        for k, p in enumerate(pending):
+            if k in texts.failed:  # not UTF-8: the one-document path says why
+                done.append((p.index, self.featurize(p.article, p.raw, ingest_time=ingest_time)))
+                continue
+            text = texts.text(k)
+            try:
+                if not text:
+                    raise ValueError("article has no text: title and body are empty")
+                published = p.article.get("published_at")
+                published_at = parse_timestamp(published) if published else ingest_time
+            except ValueError as exc:
+                done.append((p.index, Rejection(str(exc), p.raw)))
+                continue
+            u_hash, c_hash = url_hash(p.normalized), texts.content_hash(k)
+            given_language = p.article.get("language")
+            language = (normalize_language(given_language) if given_language else None) or self._detected(text, c_hash)
+            doc_id = p.article.get("id")
+            doc = Document(
+                doc_id=str(doc_id) if doc_id is not None else _derived_id(u_hash, c_hash),
+                url=p.article["url"],
+                normalized_url=p.normalized,
+                url_hash=u_hash,
+                content_hash=c_hash,
+                text=text,
+                language=language,
+                simhash=0,  # below, for the whole batch
+                published_at=published_at,
+                article=p.article,
+            )
+            docs.append(doc)
+            at.append(k)
+            done.append((p.index, doc))
+        words = np.array([doc.language not in sim.char_ngram_languages for doc in docs], dtype=np.bool_)
+        sizes = np.where(words, sim.word_shingle, sim.char_ngram)
+        fingerprints = simhash_batch(texts.buffer, texts.spans[at], words, sizes)
+        for doc, word, value in zip(docs, words.tolist(), fingerprints, strict=True):
+            if value is None:  # a character str.lower() maps by context: the one-document kernel
+                value = word_simhash(doc.text, sim.word_shingle) if word else char_simhash(doc.text, sim.char_ngram)
+            doc.simhash = value
+        return done
+
+    def _detected(self, text: str, c_hash: str) -> str:
+        """`detect_language` of a text, remembered by its content hash for the last
+        `_REMEMBERED_LANGUAGES` texts: re-crawls and syndicated copies carry the very same text,
+        and CLD2 is the largest cost left per document."""
+        language = self._languages.get(c_hash)
+        if language is None:
+            language = detect_language(text, self._settings.language_sample_chars)
+            self._languages[c_hash] = language
+            if len(self._languages) > _REMEMBERED_LANGUAGES:
+                del self._languages[next(iter(self._languages))]  # the oldest
+        return language
 
     def _id_problem(self, doc_id: str) -> str | None:
         """Why an id cannot be a key: too long, or a control character (U+001F packs Redis fields)."""
@@ -144,6 +258,18 @@ class Featurizer:
             published_at=published_at,
             article=article,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A record that passed every check that comes before its text is normalised."""
+
+    index: int
+    article: dict[str, Any]
+    raw: bytes
+    normalized: str
+    title: str | None
+    body: str
 
 
 def body_text(article: dict[str, Any]) -> str | None:
