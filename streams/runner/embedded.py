@@ -269,19 +269,24 @@ class _Run:
         docs: list[Document] = []
         their_lines: list[InputLine] = []
         started = time.perf_counter()
+        # The whole chunk is featurised in one call (its text work batched); a line over the
+        # limit was never read whole, so it is refused without being parsed.
+        readable = [line.raw for line in lines if line.size <= limit]
+        parsed = iter(self._featurizer.parse_batch(readable, ingest_time=ingest_time))
         for line in lines:
             self.stats.read += 1
-            parsed = (
+            result = (
                 Rejection(f"record is {line.size:,} bytes, above the limit of {limit:,}", line.raw)
                 if line.size > limit
-                else self._featurizer.parse(line.raw, ingest_time=ingest_time)
+                else next(parsed)
             )
-            if isinstance(parsed, Rejection):
-                self._reject(line, parsed)
+            if isinstance(result, Rejection):
+                self._reject(line, result)
             else:
-                docs.append(parsed)
+                docs.append(result)
                 their_lines.append(line)
         self.stats.seconds["features"] += time.perf_counter() - started
+        self._state.warm(self._cascade.reads(docs))  # the chunk's reads in a few statements
         for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
             vector = self._vector_for(docs, index) if self._cascade.semantic else None
             with self._interrupts:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from streams.core.model import Canonical, Link, Stage, Verdict
+from streams.core.ports import Reads
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -38,6 +40,8 @@ CREATE INDEX IF NOT EXISTS canonicals_b3 ON canonicals (b3);
 CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL) WITHOUT ROWID;
 """
 _SIGN = 1 << 63
+_IN_LIMIT = 512
+"""Values bound in one `IN (...)` (SQLite allows 32,766 since 3.32; older builds 999)."""
 
 
 def _to_signed(value: int) -> int:
@@ -80,6 +84,12 @@ class SqliteStateStore:
         self._canonicals: list[tuple[Canonical, Sequence[int]]] = []
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
         self._groups: dict[str, int] = {}
+        # What `warm` (and single reads) found in the file since the last commit. Only this
+        # store writes the file, and its own writes stay in the buffers above until `commit`,
+        # so the file cannot change under these until then.
+        self._stored_verdicts: dict[str, Link | None] = {}
+        self._stored_bands: dict[tuple[int, int], list[Canonical]] = {}
+        self._stored_groups: dict[str, int] = {}
         self._removed: set[str] = set()
         """Canonicals taken out of the band sets since the last commit (a relink made them duplicates)."""
         # Reads run inside one open transaction: a read transaction per statement
@@ -118,24 +128,71 @@ class SqliteStateStore:
         self._bands.clear()
         self._groups.clear()
         self._removed.clear()
+        self._stored_verdicts.clear()
+        self._stored_bands.clear()
+        self._stored_groups.clear()
 
     def close(self) -> None:
         self.commit()
         self._db.execute("COMMIT")
         self._db.close()
 
+    def warm(self, reads: Reads) -> None:
+        """Read what deciding a chunk will read, in a few statements instead of several per document:
+        its verdicts, exact keys and band candidates, then the verdicts and group sizes of the
+        canonicals they name. A read it did not foresee still goes to the file."""
+        self._load_verdicts(reads.doc_ids)
+        found = self.exact_lookup(list(dict.fromkeys(reads.exact_keys)))
+        wanted = [
+            band for _, bands in reads.band_queries for band in enumerate(bands) if band not in self._stored_bands
+        ]
+        wanted = list(dict.fromkeys(wanted))
+        for band in wanted:
+            self._stored_bands[band] = []
+        for index in range(4):
+            for part in _parts([value for i, value in wanted if i == index]):
+                marks, values = _bound(part)
+                rows = self._db.execute(
+                    f"SELECT doc_id, simhash, language, seq, b{index} FROM canonicals WHERE b{index} IN ({marks})",
+                    values,
+                )
+                for doc_id, simhash, language, seq, value in rows:
+                    self._stored_bands[index, value].append(Canonical(doc_id, _to_unsigned(simhash), language, seq))
+        self._load_verdicts(found.values())
+        self._load_groups([*found.values(), *(c.doc_id for band in wanted for c in self._stored_bands[band])])
+
+    def _load_verdicts(self, doc_ids: Iterable[str]) -> None:
+        rest = [d for d in dict.fromkeys(doc_ids) if d not in self._verdicts and d not in self._stored_verdicts]
+        for part in _parts(rest):
+            self._stored_verdicts.update(dict.fromkeys(part))
+            marks, values = _bound(part)
+            rows = self._db.execute(
+                "SELECT doc_id, verdict, canonical_id, stage, score, model, content FROM verdicts"
+                f" WHERE doc_id IN ({marks})",
+                values,
+            )
+            for doc_id, *row in rows:
+                self._stored_verdicts[doc_id] = _link(doc_id, *row)
+
+    def _load_groups(self, canonical_ids: Iterable[str]) -> None:
+        rest = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups and c not in self._stored_groups]
+        for part in _parts(rest):
+            self._stored_groups.update(dict.fromkeys(part, 1))
+            marks, values = _bound(part)
+            rows = self._db.execute(f"SELECT canonical_id, size FROM groups WHERE canonical_id IN ({marks})", values)
+            self._stored_groups.update(rows)
+
     def verdict_of(self, doc_id: str) -> Link | None:
         pending = self._verdicts.get(doc_id)
         if pending is not None:
             return pending
+        if doc_id in self._stored_verdicts:
+            return self._stored_verdicts[doc_id]
         row = self._db.execute(
             "SELECT verdict, canonical_id, stage, score, model, content FROM verdicts WHERE doc_id = ?", (doc_id,)
         ).fetchone()
-        if row is None:
-            return None
-        verdict, canonical_id, stage, score, model, content = row
-        stage_ = Stage(stage) if stage else None
-        return Link(doc_id, Verdict(verdict), canonical_id, stage_, score, model, content=content)
+        link = self._stored_verdicts[doc_id] = None if row is None else _link(doc_id, *row)
+        return link
 
     def record_verdict(self, link: Link) -> Link:
         # One writer per state folder (see `locked`), and the cascade asked `verdict_of` just
@@ -147,8 +204,8 @@ class SqliteStateStore:
         rest = [key for key in keys if key not in self._exact and key not in self._known]
         if rest:
             packed = {_packed(key): key for key in rest}
-            marks = ",".join("?" * len(rest))
-            rows = self._db.execute(f"SELECT key, canonical_id FROM exact_keys WHERE key IN ({marks})", list(packed))
+            marks, values = _bound(list(packed))
+            rows = self._db.execute(f"SELECT key, canonical_id FROM exact_keys WHERE key IN ({marks})", values)
             self._known.update(dict.fromkeys(rest))
             self._known.update((packed[key], canonical_id) for key, canonical_id in rows)
         found = {}
@@ -172,16 +229,25 @@ class SqliteStateStore:
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
-        rows = self._db.execute(
-            "SELECT doc_id, simhash, language, seq FROM canonicals"
-            " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
-            (*bands, language),
-        ).fetchall()
-        found = {
-            doc_id: Canonical(doc_id, _to_unsigned(simhash), lang, seq)
-            for doc_id, simhash, lang, seq in rows
-            if doc_id not in self._removed
-        }
+        stored = self._stored_bands
+        if all(band in stored for band in enumerate(bands)):  # warmed: no statement
+            found = {
+                c.doc_id: c
+                for band in enumerate(bands)
+                for c in stored[band]
+                if c.language == language and c.doc_id not in self._removed
+            }
+        else:
+            rows = self._db.execute(
+                "SELECT doc_id, simhash, language, seq FROM canonicals"
+                " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
+                (*bands, language),
+            ).fetchall()
+            found = {
+                doc_id: Canonical(doc_id, _to_unsigned(simhash), lang, seq)
+                for doc_id, simhash, lang, seq in rows
+                if doc_id not in self._removed
+            }
         for band in enumerate(bands):
             for canonical in self._bands.get(band, ()):
                 if canonical.language == language and canonical.doc_id not in found:
@@ -222,5 +288,35 @@ class SqliteStateStore:
         pending = self._groups.get(canonical_id)
         if pending is not None:
             return pending
+        stored = self._stored_groups.get(canonical_id)
+        if stored is not None:
+            return stored
         row = self._db.execute("SELECT size FROM groups WHERE canonical_id = ?", (canonical_id,)).fetchone()
-        return 1 if row is None else row[0]
+        size = self._stored_groups[canonical_id] = 1 if row is None else row[0]
+        return size
+
+
+def _link(
+    doc_id: str,
+    verdict: str,
+    canonical_id: str,
+    stage: str | None,
+    score: float | None,
+    model: str | None,
+    content: str | None,
+) -> Link:
+    """A verdict as a row of `verdicts` holds it."""
+    return Link(doc_id, Verdict(verdict), canonical_id, Stage(stage) if stage else None, score, model, content=content)
+
+
+def _bound(values: list[Any]) -> tuple[str, list[Any]]:
+    """Placeholders for `IN (...)`, and the values padded (with their last) to a power of two: a
+    few statement texts, which sqlite3 prepares once and keeps, instead of one per length."""
+    size = 1 << max(len(values) - 1, 0).bit_length()
+    return ",".join("?" * size), values + values[-1:] * (size - len(values))
+
+
+def _parts(values: list[Any]) -> Iterator[list[Any]]:
+    """`values` in slices small enough to bind in one statement."""
+    for start in range(0, len(values), _IN_LIMIT):
+        yield values[start : start + _IN_LIMIT]
