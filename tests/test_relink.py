@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -765,3 +766,32 @@ def test_outputs_of_another_state_folder_are_not_written_to(world: World) -> Non
     with pytest.raises(ValueError, match="holds the outputs of state folder"):
         world.relink("other", decisions=[_label("A", "B", False)])
     assert dump(world.state)["verdicts"]["A"][0] == "duplicate"
+
+
+def test_a_batch_resolved_before_a_link_back_is_decided_again(redis_url: str) -> None:
+    """An agent before the last resolves on a snapshot read without the lease; if a relink links the
+    canonical it found back into another group meanwhile, its flush is refused (decided again), so it
+    never records a duplicate of a duplicate."""
+    from streams.core.cascade import Cascade
+    from streams.core.model import Document
+    from streams.stores.redis_lock import RedisLock
+    from streams.stores.redis_store import RedisStateStore, StaleSnapshot
+
+    prefix = f"t{uuid.uuid4().hex}:"
+    backend = RedisStateStore.from_url(redis_url, prefix=prefix)
+    backend.record_verdict(Link.unique("B"))
+    backend.record_verdict(Link("A", Verdict.UNLINKED, "A"))
+    backend.exact_claim([URL_KEY + "a" * 64], "A")
+    settings = Settings(stages=["url", "content", "simhash"])
+    batched = BatchedState(backend)
+    cascade = Cascade(settings, batched)
+    doc = Document("N", "https://a", "a", "a" * 64, "n" * 64, "text", "en", 7, 0, {})
+    batched.warm(cascade.reads([doc], Stage.CONTENT))
+    decision = cascade.resolve(doc, Stage.CONTENT)
+    assert decision is not None and decision.link.canonical_id == "A"
+    backend.replace_verdict(Link("A", Verdict.DUPLICATE, "B", Stage.SEMANTIC, 0.97), backend.verdict_of("A"))
+    lock = RedisLock(backend._redis, f"{prefix}lock", 5)
+    with lock.held() as lease, pytest.raises(StaleSnapshot, match="A, which is no canonical"):
+        batched.flush(lease)
+    assert backend.verdict_of("N") is None and backend.group_size("A") == 1
+    backend.close()

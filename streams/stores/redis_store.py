@@ -340,7 +340,9 @@ class RedisStateStore:
         now (an agent that read without the lease, a redelivery) has its whole group
         dropped, so a lost race never makes a canonical, claims a key or grows a group;
         with `exact` (a batch decided entirely under the lease) that is `StaleSnapshot`
-        instead, since later documents of the batch may have been decided against it.
+        instead, since later documents of the batch may have been decided against it. A
+        document linked to one that is no canonical by now (a relink linked it back) is
+        `StaleSnapshot` too: the batch was resolved on a snapshot read before that.
         EXEC fails if the lease key changed or expired meanwhile: `LeaseLost` again.
         """
         groups = _by_document(writes)
@@ -351,8 +353,11 @@ class RedisStateStore:
             pipe.watch(fence.key)
             if pipe.get(fence.key) != fence.token:
                 raise LeaseLost(f"lease {fence.key} expired before the batch was written")
-            replacing = {g[-1].link.doc_id: g[-1].expected for _, g in groups if isinstance(g[-1], ReplaceVerdictWrite)}
-            decided = self.verdicts_of([doc_id for doc_id, _ in groups if doc_id is not None])
+            closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
+            replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
+            targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
+            stored = self.verdicts_of([*closing, *targets])
+            decided = {doc_id: stored[doc_id] for doc_id in closing}
             for doc_id, expected in replacing.items():
                 if decided.pop(doc_id) != expected:
                     raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
@@ -360,6 +365,15 @@ class RedisStateStore:
             skipped = set(applied.lost)
             if applied.lost and exact:
                 raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
+            # A link is only ever to a canonical. One found on a snapshot read without the lease may have
+            # stopped being one since (a relink linked it back into another group): decide it again.
+            for doc_id, write in closing.items():
+                target = write.link.canonical_id
+                if doc_id in skipped or target == doc_id:
+                    continue
+                now = closing[target].link if target in closing and target not in skipped else stored[target]
+                if now is None or not now.verdict.canonical:
+                    raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
             pipe.multi()
             recorded: list[str | None] = []
             for doc_id, group in groups:
