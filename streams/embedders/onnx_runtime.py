@@ -37,6 +37,7 @@ def export_onnx(folder: Path, target: Path, *, fp16: bool) -> Path:
     once never load a half-written model (the loser's copy is dropped).
     """
     import torch
+    from google.protobuf.message import EncodeError
     from onnxruntime.transformers.optimizer import optimize_model
     from transformers import AutoModel
 
@@ -84,7 +85,10 @@ def export_onnx(folder: Path, target: Path, *, fp16: bool) -> Path:
             optimized.convert_float_to_float16(keep_io_types=True)
         out = work / "model"
         out.mkdir()
-        large = optimized.model.ByteSize() > _LARGE_PROTO
+        try:
+            large = optimized.model.ByteSize() > _LARGE_PROTO
+        except EncodeError:  # over protobuf's limit: it cannot even count itself
+            large = True
         optimized.save_model_to_file(str(out / "model.onnx"), use_external_data_format=large)
         try:
             out.rename(target)
