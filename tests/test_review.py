@@ -26,10 +26,14 @@ import pytest
 from rich.text import Text
 from textual.widgets import Static
 
-from streams.cli.review import files_review, review_screen
+from streams.cli.review import files_review, review_screen, service_review
+from streams.core.model import Verdict
 from streams.evaluation.corpus import labelled_stream
-from streams.labelling.pairs import LabelWriter, read_label_records
-from streams.labelling.review import NO_TEXT, ReviewApp
+from streams.evaluation.stack import Stack
+from streams.kafka.journal import latest as read_topic
+from streams.labelling.pairs import LabelWriter, Pair, read_label_records
+from streams.labelling.review import NO_TEXT, Apply, ReviewApp
+from streams.stores.redis_store import RedisStateStore
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = (140, 48)
@@ -105,6 +109,17 @@ def session(
 ) -> ReviewApp:
     """One `dedup review --state STATE --out RELINKED --labels LABELS --by alice`, wired as the command wires it."""
     pairs, apply = files_review(state, relinked, [], limit)
+    return screen_session(pairs, apply, labels, keys, check)
+
+
+def screen_session(
+    pairs: list[Pair],
+    apply: Apply,
+    labels: Path | None,
+    keys: list[str],
+    check: Callable[[ReviewApp], None] | None = None,
+) -> ReviewApp:
+    """Drive the review screen with the pilot: press `keys`, run `check` on the live screen, quit with q."""
 
     async def drive(writer: LabelWriter | None) -> ReviewApp:
         app = review_screen(pairs, apply, writer, "alice")
@@ -236,7 +251,10 @@ def test_back_changes_a_decision_as_a_relink_and_the_last_label_wins(out: Path, 
 def test_the_labels_feed_calibrate_fit(out: Path, tmp_path: Path) -> None:
     heads = [r for r in reviews(out) if r["stage"] == "semantic"]
     relinked, labels = tmp_path / "relinked", tmp_path / "labels.jsonl"
-    session(out / "state", relinked, labels, ["n"] * len(heads))  # MRPC negatives: none is a paraphrase
+    ends: list[str] = []
+    # MRPC negatives: none is a paraphrase.
+    session(out / "state", relinked, labels, ["n"] * len(heads), lambda app: ends.append(shown(app, "#pair")))
+    assert ends[0].startswith(f"Nothing left to review: {len(heads)} of {len(heads)} reviews decided and applied")
     done = dedup("calibrate", "fit", str(labels), "--json", "--out", str(tmp_path / "thresholds.toml"))
     assert done.returncode == 0, done.stderr
     fitted = orjson.loads(done.stdout)
@@ -342,3 +360,69 @@ def test_nothing_left_to_review_is_said_and_not_an_error(simhash_run: Path, tmp_
     done = dedup("review", "--state", str(tmp_path / "state"), "--out", str(tmp_path / "relinked"), "--labels",
                  str(tmp_path / "labels.jsonl"))  # fmt: skip
     assert done.returncode == 0 and "no reviews left to decide" in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------- the service
+
+
+SERVICE_PAIRS = 12
+"""The first MRPC pairs of the stream: a handful of reviews, few documents for the worker to embed."""
+
+
+def test_the_service_is_reviewed_through_redis_the_broker_and_the_vectors(
+    make_stack: Callable[[str], Stack], tmp_path: Path
+) -> None:
+    stack = make_stack("url,content,simhash,semantic")
+    stack.partitions = 1  # decisions in input order, as `dedup run` makes them
+    stack.extra_env["DEDUP_TOPICS__CANDIDATES"] = f"{stack.name}.dedup.candidates"
+    stack.create_topics()
+    records = [r for r in negatives_with_copies() if int(r["id"].split("-")[1]) < SERVICE_PAIRS]
+    worker = stack.start_worker()
+    stack.produce(orjson.dumps(record) for record in records)
+    first, _ = stack.final_links({record["id"] for record in records}, timeout=300)
+    worker.stop()  # the embedded vector shard is one process's at a time
+    order = sorted(first.values(), key=lambda record: record["seq"])
+    heads = [r for r in order if r["verdict"] == "review" and r["stage"] == "semantic"]
+    assert len(heads) >= 3, "the bundled model sends several MRPC negatives to review"
+
+    settings = stack.settings()
+    labels = tmp_path / "labels.jsonl"
+    pairs, apply = service_review(settings, None)
+    assert [pair.a for pair in pairs] == [r["doc_id"] for r in heads]
+    app = screen_session(pairs, apply, labels, ["y", "n"])
+    one, two = heads[0], heads[1]
+    assert app.applied == [
+        f"applied: {one['doc_id']} is a duplicate of {one['canonical_id']}; 2 exact copies follow it",
+        f"applied: {two['doc_id']} is unlinked (a canonical, published); 2 exact copies follow it",
+    ]
+    for record in read_label_records(labels):
+        jsonschema.validate(record, LABEL_SCHEMA, format_checker=jsonschema.FormatChecker())
+
+    now = read_topic(settings, settings.topics.links).records
+    a = one["doc_id"]
+    assert (now[a]["verdict"], now[a]["canonical_id"], now[a]["decided_by"]) == (
+        "duplicate",
+        one["canonical_id"],
+        "person",
+    )
+    assert now[a]["seq"] > max(r["seq"] for r in order)
+    assert now[f"{a}-wire"]["canonical_id"] == one["canonical_id"]
+    a = two["doc_id"]
+    assert (now[a]["verdict"], now[a]["canonical_id"], now[a]["decided_by"]) == ("unlinked", a, "person")
+    assert now[f"{a}-recrawl"]["canonical_id"] == a and now[a]["vector"]
+    deduped = read_topic(settings, settings.topics.deduped).records
+    assert deduped[a]["features"]["verdict"] == "unlinked"
+    redis_state = RedisStateStore.from_url(stack.redis_url, prefix=settings.redis_prefix)
+    try:
+        held = redis_state.verdicts_of([one["doc_id"], a, f"{a}-wire"])
+    finally:
+        redis_state.close()
+    assert [(link.verdict, link.canonical_id) for link in held.values() if link is not None] == [
+        (Verdict.DUPLICATE, one["canonical_id"]),
+        (Verdict.UNLINKED, a),
+        (Verdict.DUPLICATE, a),
+    ]
+
+    # Again: only the remaining reviews.
+    pairs, _ = service_review(settings, None)
+    assert [pair.a for pair in pairs] == [r["doc_id"] for r in heads[2:]]

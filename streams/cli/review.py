@@ -13,6 +13,7 @@ import typer
 from streams.cli.common import app, err, one_line_errors
 
 if TYPE_CHECKING:
+    from streams.config import Settings
     from streams.core.relink import Label
     from streams.labelling.pairs import LabelWriter, Pair
     from streams.labelling.review import Apply, ReviewApp
@@ -80,7 +81,11 @@ def review_command(
     else:
         if out is not None or articles:
             raise ValueError("--out and --articles go with --state; the service writes to its topics")
-        raise ValueError("give --state DIR --out DIR2: reviewing the streaming service is not built yet")
+        from streams.config import Settings
+
+        settings = Settings()
+        pairs, apply = service_review(settings, limit)
+        where = settings.topics.links
     if not pairs:
         err.print("no reviews left to decide", highlight=False)
         return
@@ -153,3 +158,20 @@ def _run_outputs(state: Path) -> list[Path]:
     if isinstance(named, str) and Path(named).resolve() == state.resolve() and deduped.is_file():
         return [deduped]
     return []
+
+
+def service_review(settings: Settings, limit: int | None) -> tuple[list[Pair], Apply]:
+    """The undecided reviews on `dedup.links` (in Redis's decision order), and the relink of one decision."""
+    from streams.kafka.journal import latest
+    from streams.labelling.review import review_pairs
+    from streams.service.relink import _Published, latest_links, relink_service
+
+    links = latest_links(settings)
+    candidates = latest(settings, settings.topics.candidates).records
+    order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
+    pairs = review_pairs(order, candidates.get, _Published(settings), limit)
+
+    def apply(label: Label) -> RelinkResult:
+        return relink_service(settings, decisions=[label])
+
+    return pairs, apply
