@@ -795,3 +795,16 @@ def test_a_batch_resolved_before_a_link_back_is_decided_again(redis_url: str) ->
         batched.flush(lease)
     assert backend.verdict_of("N") is None and backend.group_size("A") == 1
     backend.close()
+
+
+def test_a_link_whose_canonical_has_no_record_is_reported_not_passed_over() -> None:
+    from streams.core.relink import plan_cutoff
+
+    a = {
+        "doc_id": "a", "verdict": "duplicate", "canonical_id": "b", "stage": "semantic", "score": 0.9,
+        "model": "toy@1", "url_hash": "1" * 64, "content_hash": "2" * 64, "simhash": "0" * 16, "language": "en",
+        "published_at": "2026-03-01T08:00:00Z", "linked_at": "2026-03-01T08:00:00Z",
+    }  # fmt: skip
+    plan = plan_cutoff([a], Cutoff(0.95), lambda keys: {}, lambda doc_id: None)
+    assert plan.changes == [] and [(r.doc_id, r.other) for r in plan.refused] == [("a", "b")]
+    assert "no record" in plan.refused[0].reason

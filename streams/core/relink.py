@@ -509,7 +509,10 @@ def plan_cutoff(
         link = doc.link
         if link.verdict is Verdict.DUPLICATE and link.stage is cutoff.stage and link.score is not None:
             kind = _kind(planner, doc, link.canonical_id)
-            if kind is None or not cutoff.covers(kind) or link.score >= cutoff.below:
+            if kind is None:
+                planner._refuse(doc_id, link.canonical_id, "its canonical has no record: same- or cross-language?")
+                continue
+            if not cutoff.covers(kind) or link.score >= cutoff.below:
                 continue
             if doc.decided_by == "person":
                 planner._refuse(doc_id, link.canonical_id, "a person decided it; a cut-off leaves it alone")
