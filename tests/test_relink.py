@@ -808,3 +808,56 @@ def test_a_link_whose_canonical_has_no_record_is_reported_not_passed_over() -> N
     plan = plan_cutoff([a], Cutoff(0.95), lambda keys: {}, lambda doc_id: None)
     assert plan.changes == [] and [(r.doc_id, r.other) for r in plan.refused] == [("a", "b")]
     assert "no record" in plan.refused[0].reason
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_sequence_of_relinks_keeps_stars_and_replays_exactly(world: World, seed: int) -> None:
+    rng = random.Random(seed)
+    later = iter(LATER)
+    outs = ["out"]
+    changed = 0
+    for step in range(16):
+        latest = world.latest(*outs)
+        move = rng.random()
+        out = f"step{step}"
+        if move < 0.55:
+            labels = []
+            for _ in range(rng.randint(1, 3)):
+                # Mostly documents a decision can change, against the canonical that matters; sometimes any pair.
+                heads = sorted(
+                    d for d, r in latest.items() if r["verdict"] == "unlinked" or r["stage"] in ("simhash", "semantic")
+                )
+                a = rng.choice(heads if heads and rng.random() < 0.8 else sorted(latest))
+                record = latest[a]
+                meant = (record.get("previous") or {}).get("canonical_id") or record["canonical_id"]
+                if record["verdict"] != "unlinked":
+                    meant = record["canonical_id"]
+                b = meant if rng.random() < 0.8 else rng.choice(sorted(latest))
+                labels.append(_label(a, b, rng.random() < 0.5))
+            changed += len(world.relink(out, decisions=labels).plan.changes)
+        elif move < 0.85:
+            cutoff = Cutoff(rng.choice([0.85, 0.9, 0.95, 0.98, 0.99, 0.999]), rng.choice(["same", "cross", "both"]))
+            changed += len(world.relink(out, cutoff=cutoff).plan.changes)
+        else:
+            article = next(later, None)
+            if article is None:
+                continue
+            world.run([article], out)
+        if (world.folder / out / "links.jsonl").exists():
+            outs.append(out)
+        assert_stars(world.state)
+    print(f"seed {seed}: {changed} changes")
+    assert changed >= 5
+    live = dump(world.state)
+    replay_files([str(world.folder / name / "links.jsonl") for name in outs], world.folder / "rebuilt")
+    assert dump(world.folder / "rebuilt") == live
+    latest_lines: dict[str, bytes] = {}
+    for name in outs:
+        for line in (world.folder / name / "links.jsonl").read_bytes().splitlines():
+            doc_id = orjson.loads(line)["doc_id"]
+            latest_lines.pop(doc_id, None)
+            latest_lines[doc_id] = line
+    compacted = world.folder / "compacted.jsonl"
+    compacted.write_bytes(b"".join(line + b"\n" for line in latest_lines.values()))
+    replay_files([str(compacted)], world.folder / "compacted")
+    assert dump(world.folder / "compacted") == live
