@@ -861,3 +861,12 @@ def test_any_sequence_of_relinks_keeps_stars_and_replays_exactly(world: World, s
     compacted.write_bytes(b"".join(line + b"\n" for line in latest_lines.values()))
     replay_files([str(compacted)], world.folder / "compacted")
     assert dump(world.folder / "compacted") == live
+
+
+def test_the_articles_the_state_s_own_run_published_are_found(world: World) -> None:
+    """out/state's run wrote out/run.json naming it: its deduped.jsonl is where its documents were published."""
+    (world.out / "run.json").write_bytes(orjson.dumps({"state": str(world.state.resolve())}))  # as if run here
+    published = world.out / "deduped.jsonl"
+    published.write_bytes(published.read_bytes() + orjson.dumps({**DAY_ONE[-1], "features": {}}) + b"\n")
+    result = world.relink(decisions=[_label("H", "S", False)])  # into another folder
+    assert [c.doc_id for c in result.plan.changes] == ["H"]

@@ -86,7 +86,8 @@ def relink_files(
     """Apply `decisions` (labels) or a `cutoff` to the state folder; the new records go to `out_dir`.
 
     `articles`: deduped.jsonl files where documents were published, for a document to publish
-    that the semantic stage never embedded (out_dir/deduped.jsonl is read too).
+    that the semantic stage never embedded (out_dir/deduped.jsonl is read too, and the one of the
+    run whose state folder is `OUT/state`).
     """
     if (decisions is None) == (cutoff is None):
         raise ValueError("give decisions (labels) or a cut-off, one of them")
@@ -104,7 +105,7 @@ def relink_files(
         state = SqliteStateStore(state_dir / "state.sqlite3")
         journal = Journal(state_dir)
         try:
-            published = _Published([out_dir / "deduped.jsonl", *articles])
+            published = _Published([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
             if decisions is not None:
                 plan = plan_decisions(journal.links(), decisions, state.exact_lookup, journal.candidate, published)
             else:
@@ -139,6 +140,17 @@ def relink_files(
         finally:
             journal.close()
             state.close()
+
+
+def _own_outputs(state_dir: Path) -> list[Path]:
+    """The deduped.jsonl of the run whose state this is, when it is the default `OUT/state` (its run.json
+    names it): where the documents it published are."""
+    owner = RunPaths(out=state_dir.parent, state=state_dir)
+    try:
+        named = orjson.loads(owner.owner.read_bytes()).get("state") if owner.owner.is_file() else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    return [owner.deduped] if named == str(state_dir.resolve()) else []
 
 
 def _deduped_identity(record: dict[str, Any]) -> object:
