@@ -76,10 +76,20 @@ def test_percent_is_its_number_and_currency_scale_letters() -> None:
     assert extract_facts("for £125m, and 30m away").numbers == ("125000000", "30")
 
 
+def test_number_words_hyphenated_scales_and_decades() -> None:
+    assert extract_facts("Sixty-one people were killed in 24 hours").numbers == ("61", "24")
+    assert extract_facts("two-thirds of the six million voters").numbers == ("6000000",)
+    assert extract_facts("আমাদের প্রতি বছর আট লাখ টন পেঁয়াজ আমদানি করতে হয়").numbers == ("800000",)
+    assert extract_facts("He was released on $3-million bail").numbers == ("3000000",)
+    assert extract_facts("accused of bribing judges in the 1980s") == Facts()
+    assert extract_facts("Sixty-one people", number_words=False) == Facts()
+
+
 def test_clock_times_are_left_out(shared_data: Path) -> None:
     en, bn = _rising_pair(shared_data, "Earlier, Prime Minister Sheikh Hasina left")
     assert extract_facts(en).numbers == ()  # 9:35 am
     assert disagreement(extract_facts(en), extract_facts(bn), same_language=False) is None
+    assert extract_facts("until 8am (AEST), or 7 p.m. EST, at 0215 GMT") == extract_facts("until 6 p.m. EDT")
 
 
 # ----------------------------------------------------------------------------- dates
@@ -124,8 +134,12 @@ def test_names_are_not_compared_across_languages(ntrex: list[NtrexDocument]) -> 
     assert "liverpool" in a.names and b.names == ()
     assert disagreement(a, b, same_language=False) is None
     english_elsewhere = extract_facts("Lorenzo Insigne scored twice for Napoli in Naples.")
-    assert disagreement(a, english_elsewhere, same_language=False) is None
-    assert disagreement(a, english_elsewhere) is not None
+    every_kind = tuple(Kind)
+    assert disagreement(a, english_elsewhere, same_language=False, kinds=every_kind) is None
+    assert disagreement(a, english_elsewhere, kinds=every_kind) == (
+        "names daniel, sturridge, liverpool, premier, league, chelsea, ... vs lorenzo, insigne, napoli, naples"
+    )
+    assert disagreement(a, english_elsewhere) is None  # names are not compared by default
 
 
 # ----------------------------------------------------------------------------- disagreeing
