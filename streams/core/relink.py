@@ -234,6 +234,7 @@ class _Planner:
         self._docs: dict[str, _Doc] = {}
         for record in records:
             self._docs[record["doc_id"]] = _Doc(_link_of(record), record)
+        self._rank = {doc_id: rank for rank, doc_id in enumerate(self._docs)}
         self._linked: defaultdict[str, set[str]] = defaultdict(set)
         """Canonical -> documents linked to it (duplicates and reviews)."""
         self._sharing: defaultdict[tuple[Stage, str], set[str]] = defaultdict(set)
@@ -401,7 +402,7 @@ class _Planner:
 
     def _followers(self, inside: set[str], head: str) -> list[str]:
         """The copies in record order (the order they were decided in), after their head."""
-        return [doc_id for doc_id in self._docs if doc_id in inside and doc_id != head]
+        return sorted(inside - {head}, key=self._rank.__getitem__)
 
     def _change(
         self,
