@@ -104,6 +104,9 @@ class Cascade:
         self._state = state
         self._stages = frozenset(settings.stages)
         self.semantic = Stage.SEMANTIC in self._stages
+        # Asked for every document, three times: a Stage hashes in Python, a bool costs nothing.
+        self._url_key = Stage.URL in self._stages
+        self._content_key = Stage.CONTENT in self._stages
         if self.semantic and (vectors is None or model is None):
             raise ValueError("the semantic stage needs a vector store and an embedding model")
         self._vectors = vectors
@@ -204,7 +207,7 @@ class Cascade:
         this document first, that one stands."""
         link = with_content(link, content_key(doc.content_hash))
         stood = self._state.record_verdict(link)
-        if stood != link:
+        if stood is not link and stood != link:  # (the identity test first: it is the usual case, and cheap)
             return Decision(stood, repeated=True, version=_version(doc))
         return Decision(stood, group_size=group_size, version=_version(doc))
 
@@ -305,9 +308,9 @@ class Cascade:
     def _exact_keys(self, doc: Document) -> dict[Stage, str]:
         """The exact keys of the enabled exact stages, URL first."""
         keys = {}
-        if Stage.URL in self._stages:
+        if self._url_key:
             keys[Stage.URL] = URL_KEY + doc.url_hash
-        if Stage.CONTENT in self._stages:
+        if self._content_key:
             keys[Stage.CONTENT] = CONTENT_KEY + doc.content_hash
         return keys
 

@@ -260,7 +260,7 @@ class Featurizer:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
 class _Pending:
     """A record that passed every check that comes before its text is normalised."""
 
