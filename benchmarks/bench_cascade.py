@@ -1,6 +1,6 @@
 """Throughput of the cheap cascade (stages url, content, simhash) against a datasketch MinHash reference.
 
-Run:  .venv/bin/python benchmarks/bench_cascade.py [--count 50000] [--repeat 1] [--json PATH]
+Run:  .venv/bin/python benchmarks/bench_cascade.py [--count 50000] [--rounds 1] [--baseline TREE] [--json PATH]
 
 Everything runs in one process, on one core (the process is pinned to the first CPU
 of its affinity set where the OS allows it; OMP/OpenBLAS/MKL threads are set to 1
@@ -13,6 +13,15 @@ Each timing is taken twice over the same block: wall clock (`time.perf_counter`)
 this process's CPU time (`time.process_time`), which stays meaningful when other
 processes share the machine (wall > CPU means the process waited: for I/O, or for a
 core it did not get). With `--repeat R` the run with the best wall time is kept.
+
+With `--rounds N` every measurement runs N times, the measurements taking turns (one
+round runs each once, then the next round starts), and the table shows the median of
+each, wall and CPU apart, with the spread (lowest and highest wall rate): on a shared
+machine a neighbour's burst then lands on all of them alike rather than on one.
+`--baseline TREE` adds the measurements of another source tree (e.g. the code before a
+change: `git archive <commit> | tar -x -C TREE`), each run by that tree's own copy of
+this script with `PYTHONPATH=TREE`, on the same input and in the same rounds; their
+rows are named `baseline: ...`. `--only a,b` runs only the named measurements.
 What each timing includes:
 
 - `minhash reference`: for every article, its normalised text (`document_text(title,
@@ -24,17 +33,19 @@ What each timing includes:
   the permutation set-up (printed as `minhash constructor`) to every document.
 - `minhash reference + parse`: the same, plus `orjson.loads` of the byte line and
   `document_text` inside the timer, i.e. the same input as ours.
-- `ours: parse + features`: `Featurizer.parse` over every byte line: UTF-8 check,
-  orjson, schema validation, URL normalisation and hash, NFKC text normalisation and
-  content hash, language identification (pycld2), 64-bit SimHash. Documents are kept
-  in a list (not timed) for the next measurement.
-- `ours: decisions`: `Cascade.decide` for every Document of the previous step, over a
-  fresh `SqliteStateStore` file in a temporary folder (WAL), `commit()` every two seconds
-  documents and once at the end: URL and content index lookups, band candidate
-  lookup and Hamming distances, and the writes that record the verdict and the new
-  canonical's keys and bands.
-- `ours: parse + features + decisions`: both, interleaved per chunk of 256 documents
-  and committed every two seconds, as the runner does, on a fresh store.
+- `ours: parse + features`: `Featurizer.parse_batch` over the byte lines, a chunk of
+  256 at a time as the runner calls it: UTF-8 check, orjson, schema validation, URL
+  normalisation and hash, NFKC text normalisation and content hash, language
+  identification (pycld2), 64-bit SimHash (text normalisation and SimHash run once per
+  chunk, compiled). Documents are kept in a list (not timed) for the next measurement.
+- `ours: decisions`: per chunk of 256 documents of the previous step, `warm` of the
+  store with what the chunk reads, then `Cascade.decide` for each, over a fresh
+  `SqliteStateStore` file in a temporary folder (WAL), `commit()` between chunks once
+  two seconds have passed, and once at the end: URL and content index lookups, band
+  candidate lookup and Hamming distances, and the writes that record the verdict and
+  the new canonical's keys and bands.
+- `ours: parse + features + decisions`: both, per chunk of 256 documents and committed
+  every two seconds, as the runner does, on a fresh store.
 - `dedup run (end to end)`: `streams.runner.embedded.run` on the JSONL file, state
   and outputs in a fresh temporary folder: reading and splitting the file, all of
   the above, writing links.jsonl, deduped.jsonl, rejected.jsonl and summary.json.
@@ -62,9 +73,10 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
-from collections.abc import Callable, Iterable  # noqa: E402
+from collections.abc import Callable, Iterable, Iterator, Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
+from statistics import median  # noqa: E402
 from typing import Any  # noqa: E402
 
 import datasketch  # noqa: E402
@@ -96,6 +108,8 @@ class Result:
     includes: str
     cpu_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    spread: tuple[float, float] | None = None
+    """Lowest and highest wall rate (docs/s) over the rounds, when there were several."""
 
     @property
     def per_second(self) -> float:
@@ -114,16 +128,17 @@ class Result:
         return self.cpu_seconds / self.docs * 1e6 if self.docs else float("nan")
 
 
-def pin_to_one_core() -> str:
-    """Pin this process to the first CPU it may run on; say what was done."""
+def pin_to_one_core(cpu: int | None = None) -> str:
+    """Pin this process to `cpu`, or to the first CPU it may run on; say what was done."""
     if not hasattr(os, "sched_setaffinity"):
         return "not pinned (os.sched_setaffinity unavailable)"
     try:
         allowed = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {allowed[0]})
+        chosen = allowed[0] if cpu is None else cpu
+        os.sched_setaffinity(0, {chosen})
     except OSError as exc:
         return f"not pinned ({exc})"
-    return f"pinned to CPU {allowed[0]} (of {len(allowed)} allowed)"
+    return f"pinned to CPU {chosen} (of {len(allowed)} allowed)"
 
 
 def cpu_model() -> str:
@@ -189,36 +204,43 @@ def minhash_constructor(count: int) -> Result:
     return Result("minhash constructor", seconds, count, includes, cpu)
 
 
+def parse_chunks(settings: Settings, lines: list[bytes]) -> Iterator[list[Document | Rejection]]:
+    """The lines featurised a chunk at a time, as the runner does."""
+    parse = Featurizer(settings).parse_batch
+    for start in range(0, len(lines), CHUNK):
+        yield parse(lines[start : start + CHUNK], ingest_time=INGEST_TIME)
+
+
 def features(settings: Settings, lines: list[bytes]) -> tuple[Result, list[Document]]:
-    featurizer = Featurizer(settings)
-    parse = featurizer.parse
     started, cpu_started = time.perf_counter(), time.process_time()
-    parsed = [parse(raw, ingest_time=INGEST_TIME) for raw in lines]
+    parsed = [doc for chunk in parse_chunks(settings, lines) for doc in chunk]
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     docs = [p for p in parsed if not isinstance(p, Rejection)]
-    includes = "Featurizer.parse: JSON, schema, URL, NFKC, hashes, language, simhash"
+    includes = "Featurizer.parse_batch per 256: JSON, schema, URL, NFKC, hashes, language, simhash"
     result = Result("ours: parse + features", seconds, len(lines), includes, cpu)
     result.extra["rejected"] = len(parsed) - len(docs)
     return result, docs
 
 
 def decide_all(
-    settings: Settings, docs: Iterable[Document | Rejection], name: str, count: int, includes: str
+    settings: Settings, chunks: Iterable[Sequence[Document | Rejection]], name: str, count: int, includes: str
 ) -> Result:
-    """Time `Cascade.decide` over `docs` (and whatever producing them costs) on a fresh store,
-    committing every COMMIT_SECONDS as the runner does."""
+    """Time `Cascade.decide` over `chunks` (and whatever producing them costs) on a fresh store,
+    warming the store with each chunk's reads and committing between chunks every
+    COMMIT_SECONDS, as the runner does."""
     with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
         state = SqliteStateStore(Path(folder) / "state.sqlite3")
         cascade = Cascade(settings, state)
         counts: Counter[str] = Counter()
         started, cpu_started = time.perf_counter(), time.process_time()
         last_commit = started
-        for doc in docs:
-            if isinstance(doc, Rejection):
-                counts["rejected"] += 1
-                continue
-            link = cascade.decide(doc).link
-            counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
+        for chunk in chunks:
+            docs = [doc for doc in chunk if not isinstance(doc, Rejection)]
+            counts["rejected"] += len(chunk) - len(docs)
+            state.warm(cascade.reads(docs))
+            for doc in docs:
+                link = cascade.decide(doc).link
+                counts[f"{link.stage.value if link.stage else '-'}:{link.verdict.value}"] += 1
             if time.perf_counter() - last_commit >= COMMIT_SECONDS:
                 state.commit()
                 last_commit = time.perf_counter()
@@ -226,23 +248,21 @@ def decide_all(
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         state.close()
     result = Result(name, seconds, count, includes, cpu)
-    result.extra["verdicts"] = dict(sorted(counts.items()))
+    result.extra["verdicts"] = {k: v for k, v in sorted(counts.items()) if v}
     return result
 
 
 def decisions(settings: Settings, docs: list[Document]) -> Result:
-    includes = "Cascade.decide over SQLite (WAL), a commit every 2 s as the runner does"
-    return decide_all(settings, docs, "ours: decisions", len(docs), includes)
+    includes = "warm + Cascade.decide per 256 over SQLite (WAL), a commit every 2 s as the runner does"
+    chunks = (docs[i : i + CHUNK] for i in range(0, len(docs), CHUNK))
+    return decide_all(settings, chunks, "ours: decisions", len(docs), includes)
 
 
 def features_and_decisions(settings: Settings, lines: list[bytes]) -> Result:
-    parse = Featurizer(settings).parse
-    chunks = (
-        [parse(raw, ingest_time=INGEST_TIME) for raw in lines[i : i + CHUNK]] for i in range(0, len(lines), CHUNK)
-    )
-    docs = (doc for chunk in chunks for doc in chunk)
     includes = "both of the above, per chunk of 256, a commit every 2 s"
-    return decide_all(settings, docs, "ours: parse + features + decisions", len(lines), includes)
+    return decide_all(
+        settings, parse_chunks(settings, lines), "ours: parse + features + decisions", len(lines), includes
+    )
 
 
 def end_to_end(settings: Settings, jsonl: Path, count: int) -> Result:
@@ -276,19 +296,21 @@ def machine_info(pinning: str) -> dict[str, Any]:
 
 def print_table(results: list[Result], reference: Result) -> None:
     name_width = max(len(r.name) for r in results)
+    spread = any(r.spread for r in results)
     header = (
         f"{'measurement':<{name_width}}  {'wall s':>7}  {'docs/s':>8}  {'us/doc':>7}  {'vs ref':>6}"
         f"  {'cpu s':>7}  {'cpu docs/s':>10}  {'cpu us/doc':>10}  {'vs ref':>6}"
-    )
+    ) + (f"  {'docs/s lowest-highest':>21}" if spread else "")
     print(header)
     print("-" * len(header))
     for r in results:
-        constructor = r.name == "minhash constructor"
+        constructor = r.name.endswith("minhash constructor")
         ratio = "" if constructor else f"{r.per_second / reference.per_second:.2f}x"
         cpu_ratio = "" if constructor else f"{r.cpu_per_second / reference.cpu_per_second:.2f}x"
+        span = f"  {f'{r.spread[0]:,.0f}-{r.spread[1]:,.0f}':>21}" if r.spread else ""
         print(
             f"{r.name:<{name_width}}  {r.seconds:>7.2f}  {r.per_second:>8,.0f}  {r.micros_per_doc:>7.1f}  {ratio:>6}"
-            f"  {r.cpu_seconds:>7.2f}  {r.cpu_per_second:>10,.0f}  {r.cpu_micros_per_doc:>10.1f}  {cpu_ratio:>6}"
+            f"  {r.cpu_seconds:>7.2f}  {r.cpu_per_second:>10,.0f}  {r.cpu_micros_per_doc:>10.1f}  {cpu_ratio:>6}" + span
         )
     print()
     for r in results:
@@ -300,11 +322,11 @@ def measure(name: str, jsonl: Path, repeat: int) -> Result:
     lines = jsonl.read_bytes().splitlines()
     settings = Settings(stages=STAGES)
     texts = [document_text(a.get("title"), a["body"]) for a in map(orjson.loads, lines)]
-    word_simhash(texts[0], 3)  # compile (or load) the Numba kernel outside the timings
+    word_simhash(texts[0], 3)  # compile (or load) the Numba kernels outside the timings
+    Featurizer(settings).parse_batch(lines[:2], ingest_time=INGEST_TIME)
     docs: list[Document] = []
     if name == "decisions":
-        parse = Featurizer(settings).parse
-        docs = [d for d in (parse(raw, ingest_time=INGEST_TIME) for raw in lines) if not isinstance(d, Rejection)]
+        docs = [d for chunk in parse_chunks(settings, lines) for d in chunk if not isinstance(d, Rejection)]
     # The inputs stay in memory, which a streaming process would not do: keep them out of
     # the garbage collector's scans so they do not tax the timing.
     gc.collect()
@@ -325,18 +347,50 @@ def measure(name: str, jsonl: Path, repeat: int) -> Result:
 MEASUREMENTS = ("reference", "reference+parse", "constructor", "features", "decisions", "combined", "end-to-end")
 
 
-def measure_in_child(name: str, jsonl: Path, repeat: int) -> Result:
-    """Run one measurement in its own process, so no measurement inherits another's heap."""
+BASELINE = "baseline: "
+
+
+def measure_in_child(name: str, jsonl: Path, repeat: int, baseline: Path | None = None) -> Result:
+    """Run one measurement in its own process, so no measurement inherits another's heap; a
+    `baseline: ` one with the baseline tree's own script and package."""
+    script, env = __file__, None
+    if name.startswith(BASELINE):
+        assert baseline is not None
+        name = name.removeprefix(BASELINE)
+        script, env = str(baseline / "benchmarks" / "bench_cascade.py"), {**os.environ, "PYTHONPATH": str(baseline)}
     child = subprocess.run(
-        [sys.executable, __file__, "--measure", name, "--input", str(jsonl), "--repeat", str(repeat)],
+        [sys.executable, script, "--measure", name, "--input", str(jsonl), "--repeat", str(repeat)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
     )
     if child.returncode != 0:
-        raise RuntimeError(f"measurement {name} failed:\n{child.stderr}")
+        raise RuntimeError(f"measurement {name} ({script}) failed:\n{child.stderr}")
     fields = orjson.loads(child.stdout.strip().splitlines()[-1])
-    return Result(**fields)
+    fields.pop("spread", None)
+    result = Result(**fields)
+    if script != __file__:
+        result.name = BASELINE + result.name
+    return result
+
+
+def median_result(results: list[Result]) -> Result:
+    """One row for several rounds of a measurement: median wall and median CPU time, and the spread."""
+    first = results[0]
+    row = Result(
+        first.name,
+        median(r.seconds for r in results),
+        first.docs,
+        first.includes,
+        median(r.cpu_seconds for r in results),
+        first.extra,
+    )
+    if len(results) > 1:
+        rates = [r.per_second for r in results]
+        row.spread = (min(rates), max(rates))
+    row.extra = {**first.extra, "rounds_seconds": [round(r.seconds, 4) for r in results]}
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,13 +399,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="best of R runs for each timing (default 1)")
     parser.add_argument("--seed", type=int, default=11, help="seed of synthetic_articles (default 11)")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers to this JSON file")
+    parser.add_argument("--rounds", type=int, default=1, help="run every measurement N times, in turns; medians")
+    parser.add_argument("--baseline", type=Path, default=None, help="a source tree to measure beside this one")
+    parser.add_argument("--only", default=None, help="comma-separated measurements to run (default: all)")
+    parser.add_argument("--cpu", type=int, default=None, help="CPU to pin every measurement to (default: the first)")
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
     parser.add_argument("--input", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.count < 1 or args.repeat < 1:
-        parser.error("--count and --repeat must be positive")
+    if args.count < 1 or args.repeat < 1 or args.rounds < 1:
+        parser.error("--count, --repeat and --rounds must be positive")
+    names = list(MEASUREMENTS) if args.only is None else args.only.split(",")
+    if unknown := [n for n in names if n not in MEASUREMENTS]:
+        parser.error(f"--only: unknown measurements {unknown}; choose from {', '.join(MEASUREMENTS)}")
+    if "reference" not in names:
+        names.insert(0, "reference")  # every ratio is to it
+    if args.baseline is not None:
+        if not (args.baseline / "benchmarks" / "bench_cascade.py").is_file():
+            parser.error(f"--baseline {args.baseline} holds no benchmarks/bench_cascade.py")
+        names += [BASELINE + n for n in names if n in ("features", "decisions", "combined", "end-to-end")]
 
-    pinning = pin_to_one_core()
+    pinning = pin_to_one_core(args.cpu)
     if args.measure:  # a child: one measurement, its result as JSON on the last line
         result = measure(args.measure, args.input, args.repeat)
         print(orjson.dumps(result.__dict__).decode())
@@ -361,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info(pinning)
     print("machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()))
     print("threads: OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS=1; each measurement in a fresh process")
+    if args.baseline is not None:
+        commit = args.baseline / "COMMIT"
+        said = f" (commit {commit.read_text().strip()})" if commit.is_file() else ""
+        print(f"baseline: {args.baseline}{said}, measured by its own benchmarks/bench_cascade.py")
 
     started = time.perf_counter()
     articles = list(synthetic_articles(args.count, seed=args.seed))
@@ -371,25 +442,42 @@ def main(argv: list[str] | None = None) -> int:
         f"input: {len(lines):,} articles, {sum(map(len, lines)) / 1e6:,.1f} MB of JSON,"
         f" {chars / len(lines):,.0f} characters of text on average"
         f" (generated in {time.perf_counter() - started:.1f} s); stages {','.join(s.value for s in STAGES)};"
-        f" best of {args.repeat}"
+        f" best of {args.repeat}; {args.rounds} round(s), medians"
     )
     with tempfile.TemporaryDirectory(prefix="bench-input-") as folder:
         jsonl = Path(folder) / "articles.jsonl"
         jsonl.write_bytes(b"".join(line + b"\n" for line in lines))
-        results = [measure_in_child(name, jsonl, args.repeat) for name in MEASUREMENTS]
-    reference, combined = results[0], results[MEASUREMENTS.index("combined")]
+        rounds: dict[str, list[Result]] = {name: [] for name in names}
+        for done in range(args.rounds):
+            for name in names:
+                rounds[name].append(measure_in_child(name, jsonl, args.repeat, args.baseline))
+            if args.rounds > 1:
+                print(f"  round {done + 1} of {args.rounds} done ({time.perf_counter() - total_started:.0f} s)")
+    results = [median_result(rounds[name]) for name in names]
+    by_name = dict(zip(names, results, strict=True))
+    reference, combined = by_name["reference"], by_name.get("combined")
 
     print()
     print_table(results, reference)
     print()
-    print(f"verdicts by stage (ours, stages 1-3): {combined.extra['verdicts']}")
-    ratio = combined.per_second / reference.per_second
-    cpu_ratio = combined.cpu_per_second / reference.cpu_per_second
-    print(
-        f"ours (parse + features + decisions) / minhash reference: {ratio:.2f}x wall"
-        f" ({combined.per_second:,.0f} vs {reference.per_second:,.0f} docs/s), {cpu_ratio:.2f}x CPU"
-        f" ({combined.cpu_per_second:,.0f} vs {reference.cpu_per_second:,.0f} docs/s)"
-    )
+    ratio = cpu_ratio = float("nan")
+    if combined is not None:
+        print(f"verdicts by stage (ours, stages 1-3): {combined.extra['verdicts']}")
+        ratio = combined.per_second / reference.per_second
+        cpu_ratio = combined.cpu_per_second / reference.cpu_per_second
+        print(
+            f"ours (parse + features + decisions) / minhash reference: {ratio:.2f}x wall"
+            f" ({combined.per_second:,.0f} vs {reference.per_second:,.0f} docs/s), {cpu_ratio:.2f}x CPU"
+            f" ({combined.cpu_per_second:,.0f} vs {reference.cpu_per_second:,.0f} docs/s)"
+        )
+        if (old := by_name.get(BASELINE + "combined")) is not None:
+            if old.extra.get("verdicts") != combined.extra.get("verdicts"):
+                print(f"VERDICTS DIFFER from the baseline's: {old.extra.get('verdicts')}")
+            print(
+                f"ours / baseline (parse + features + decisions): {combined.per_second / old.per_second:.2f}x wall"
+                f" ({combined.per_second:,.0f} vs {old.per_second:,.0f} docs/s),"
+                f" {combined.cpu_per_second / old.cpu_per_second:.2f}x CPU"
+            )
     elapsed = time.perf_counter() - total_started
     print(f"benchmark wall time: {elapsed:.1f} s")
 
@@ -398,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine,
             "count": len(lines),
             "repeat": args.repeat,
+            "rounds": args.rounds,
+            "baseline": str(args.baseline) if args.baseline else None,
             "stages": [s.value for s in STAGES],
             "results": [
                 {
@@ -409,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cpu_seconds": round(r.cpu_seconds, 4),
                     "cpu_docs_per_second": round(r.cpu_per_second, 1),
                     "includes": r.includes,
+                    "spread_docs_per_second": [round(x, 1) for x in r.spread] if r.spread else None,
                     **r.extra,
                 }
                 for r in results
