@@ -125,7 +125,7 @@ def files_review(state: Path, out: Path, articles: list[Path], limit: int | None
     state in DIR/state).
     """
     from streams.labelling.review import review_pairs
-    from streams.runner.relink import _Published, relink_files
+    from streams.runner.relink import PublishedArticles, relink_files
     from streams.stores.journal import JOURNAL_FILE, Journal
 
     if not (state / JOURNAL_FILE).is_file():
@@ -134,7 +134,7 @@ def files_review(state: Path, out: Path, articles: list[Path], limit: int | None
             " `dedup replay --state`, has one"
         )
     sources = [*articles, *_run_outputs(state)]
-    published = _Published([out / "deduped.jsonl", *sources])
+    published = PublishedArticles([out / "deduped.jsonl", *sources])
     journal = Journal(state)
     try:
         pairs = review_pairs(journal.links(), journal.candidate, published, limit)
@@ -164,12 +164,12 @@ def service_review(settings: Settings, limit: int | None) -> tuple[list[Pair], A
     """The undecided reviews on `dedup.links` (in Redis's decision order), and the relink of one decision."""
     from streams.kafka.journal import latest
     from streams.labelling.review import review_pairs
-    from streams.service.relink import _Published, latest_links, relink_service
+    from streams.service.relink import PublishedArticles, latest_links, relink_service
 
     links = latest_links(settings)
     candidates = latest(settings, settings.topics.candidates).records
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
-    pairs = review_pairs(order, candidates.get, _Published(settings), limit)
+    pairs = review_pairs(order, candidates.get, PublishedArticles(settings), limit)
 
     def apply(label: Label) -> RelinkResult:
         return relink_service(settings, decisions=[label])

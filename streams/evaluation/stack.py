@@ -213,12 +213,15 @@ class Stack:
 
 
 def assert_invariants(latest: dict[str, dict[str, Any]]) -> None:
-    """One final verdict per document, no self-links, every canonical a unique document."""
+    """One final verdict per document, no self-links, every canonical a canonical (unique or unlinked)."""
+    canonical_verdicts = ("unique", "unlinked")
     for doc_id, link in latest.items():
-        if link["verdict"] == "unique":
+        if link["verdict"] in canonical_verdicts:
             assert link["canonical_id"] == doc_id
             continue
         assert link["canonical_id"] != doc_id, f"{doc_id} is linked to itself"
         canonical = latest.get(link["canonical_id"])
         assert canonical is not None, f"{doc_id} links to {link['canonical_id']}, which has no verdict"
-        assert canonical["verdict"] == "unique", f"{doc_id} links to {link['canonical_id']}, a {canonical['verdict']}"
+        assert canonical["verdict"] in canonical_verdicts, (
+            f"{doc_id} links to {link['canonical_id']}, a {canonical['verdict']}"
+        )

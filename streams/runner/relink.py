@@ -105,7 +105,7 @@ def relink_files(
         state = SqliteStateStore(state_dir / "state.sqlite3")
         journal = Journal(state_dir)
         try:
-            published = _Published([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
+            published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
             if decisions is not None:
                 plan = plan_decisions(journal.links(), decisions, state.exact_lookup, journal.candidate, published)
             else:
@@ -192,7 +192,7 @@ class _LastRecords:
         self._handle.close()
 
 
-class _Published:
+class PublishedArticles:
     """Articles published before, by id, read from deduped files on first need (the latest wins)."""
 
     def __init__(self, sources: Sequence[Path]) -> None:

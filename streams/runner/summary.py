@@ -89,6 +89,8 @@ class RunStats:
         table.add_row("rejected", str(self.rejected), "", "")
         table.add_row("unique", str(self.verdicts[Verdict.UNIQUE.value]), "", "")
         table.add_row("review", str(self.verdicts[Verdict.REVIEW.value]), "", "")
+        if self.verdicts[Verdict.UNLINKED.value]:  # redelivered documents a relink made canonicals
+            table.add_row("unlinked", str(self.verdicts[Verdict.UNLINKED.value]), "", "")
         if self.repeated:
             table.add_row("already decided (redelivered)", str(self.repeated), "", "")
         if self.already_written:

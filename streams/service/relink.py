@@ -114,7 +114,7 @@ def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None
     candidates = latest(settings, settings.topics.candidates).records
     # Decision order: Redis's verdict sequence (records without one, older than it, first).
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
-    published = _Published(settings)
+    published = PublishedArticles(settings)
     if labels is not None:
         return plan_decisions(order, labels, state.exact_lookup, candidates.get, published)
     assert cutoff is not None
@@ -277,7 +277,7 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes, on_delive
             producer.poll(0.5)
 
 
-class _Published:
+class PublishedArticles:
     """Articles published before (`articles.deduped`), read on first need: for a document to publish
     whose candidate record has no article (one the semantic stage never embedded, or too large)."""
 
