@@ -89,6 +89,7 @@ class Stack:
             "RAW": "articles.raw",
             "DEDUPED": "articles.deduped",
             "LINKS": "dedup.links",
+            "CANDIDATES": "dedup.candidates",
             "REJECTED": "articles.rejected",
             "STAGE_SIMHASH": "dedup.stage.simhash",
             "STAGE_SEMANTIC": "dedup.stage.semantic",
