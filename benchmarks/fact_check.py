@@ -25,8 +25,9 @@ pairs does the check keep apart, and how many paraphrases does it cost?
    at the shipped cut-offs (review 0.95 / link 0.98 and cross_review 0.83 / cross_link 0.85).
 2. End to end: the labelled stream of benchmarks/quality.py (62 NTREX stories with their
    copies and translations, 100 MRPC negative pairs) through `dedup run`'s pipeline three
-   times, with the check off, sending disagreeing pairs to review, and keeping them apart;
-   the embeddings are computed once and shared by the three runs.
+   times, with `semantic.fact_check` "off", "review" and "apart"; the embeddings are
+   computed once and shared by the three runs. Each decision the check changed is listed
+   with the `reason` its link record carries.
 
 Vectors are cached by text (`--cache`), so a second run only re-reads them. Deterministic.
 """
@@ -42,9 +43,8 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -386,7 +386,7 @@ def pair_report(sets: list[PairSet], facts: FactCache, examples: int) -> dict[st
     rows = []
     for pool, (review, link) in SHIPPED.items():
         for label, cut in (("review", review), ("link", link)):
-            for variant in VARIANTS[:3]:
+            for variant in (VARIANTS[0], VARIANTS[1], VARIANTS[3]):  # default, within 2%, with names
                 total = Tally()
                 for s in pools[pool]:
                     total.add(tally(s, *flagged[variant.name, s.name], cut))
@@ -437,46 +437,6 @@ class SharedEmbedder:
         return self.cache.embed(list(texts))
 
 
-@contextmanager
-def fact_checked(mode: str) -> Iterator[dict[str, str]]:
-    """The cascade with the check on its semantic links (until the setting exists: see --help).
-
-    The check looks at the neighbour the cut-offs chose: when their facts disagree, a link
-    becomes `review` ("review"), or the document stays apart and becomes a canonical
-    ("apart"). Yields the reasons by document id.
-    """
-    from streams.core.cascade import Cascade
-    from streams.core.model import Verdict
-
-    reasons: dict[str, str] = {}
-    if mode == "off":
-        yield reasons
-        return
-    seen: dict[str, tuple[str, str]] = {}
-    decide, semantic = Cascade.decide, Cascade._semantic
-
-    def recording_decide(self: Any, doc: Any, vector: Any = None) -> Any:
-        seen[doc.doc_id] = (doc.text, doc.language)
-        return decide(self, doc, vector)
-
-    def checked_semantic(self: Any, doc: Any, vector: Any) -> Any:
-        link, candidates = semantic(self, doc, vector)
-        if link is None:
-            return link, candidates
-        text, language = seen[link.canonical_id]
-        reason = disagreement(extract_facts(doc.text), extract_facts(text), same_language=language == doc.language)
-        if reason is None:
-            return link, candidates
-        reasons[doc.doc_id] = f"{link.verdict.value} -> {mode}: {reason}"
-        return (replace(link, verdict=Verdict.REVIEW) if mode == "review" else None), candidates
-
-    Cascade.decide, Cascade._semantic = recording_decide, checked_semantic  # type: ignore[method-assign]
-    try:
-        yield reasons
-    finally:
-        Cascade.decide, Cascade._semantic = decide, semantic  # type: ignore[method-assign]
-
-
 def quality_report(cache: VectorCache, stories: int, negative_pairs: int) -> dict[str, Any]:
     from streams.evaluation.corpus import labelled_stream
     from streams.evaluation.metrics import score_by_kind
@@ -487,14 +447,15 @@ def quality_report(cache: VectorCache, stories: int, negative_pairs: int) -> dic
     out: dict[str, Any] = {"stories": stories, "negative_pairs": negative_pairs, "modes": {}}
     scores = {}
     for mode in ("off", "review", "apart"):
-        with tempfile.TemporaryDirectory(prefix="dedup-facts-") as folder, fact_checked(mode) as reasons:
+        with tempfile.TemporaryDirectory(prefix="dedup-facts-") as folder:
             source = Path(folder) / "stream.jsonl"
             source.write_bytes(b"".join(orjson.dumps(item.record) + b"\n" for item in stream))
             paths = RunPaths(out=Path(folder) / "out", state=Path(folder) / "state")
             started = time.perf_counter()
-            run(Settings(), [str(source)], paths, embedder=SharedEmbedder(cache))
+            run(Settings(semantic={"fact_check": mode}), [str(source)], paths, embedder=SharedEmbedder(cache))
             elapsed = time.perf_counter() - started
             links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
+        reasons = {link["doc_id"]: f"{link['verdict']}: {link['reason']}" for link in links if link.get("reason")}
         scores[mode] = score_by_kind(stream, links)
         out["modes"][mode] = {
             "seconds": round(elapsed, 1),

@@ -117,6 +117,12 @@ class SemanticSettings(Section):
         description="TOML of [semantic.thresholds.<model>] cut-offs, as `dedup calibrate fit` writes:"
         " its values override the configured ones for its model.",
     )
+    fact_check: Literal["off", "review", "apart"] = Field(
+        "review",
+        description="A semantic match whose texts state conflicting numbers, scores or dates"
+        " (streams.features.facts) goes to review, stays apart (becomes a canonical), or is not checked"
+        " ('off'); measured by benchmarks/fact_check.py.",
+    )
 
     @field_validator("thresholds", mode="before")
     @classmethod

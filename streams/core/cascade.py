@@ -35,6 +35,7 @@ from streams.core.model import (
     version_id,
 )
 from streams.core.ports import Reads, StateStore, VectorStore
+from streams.features.facts import Facts, disagreement, payload_facts, text_facts
 from streams.features.simhash import bands, hamming
 
 URL_KEY = "u:"
@@ -114,6 +115,7 @@ class Cascade:
         if self.semantic and model is not None:
             self._thresholds = settings.semantic.thresholds_for(model.name)
             self._window_s = int(settings.semantic.window_hours * 3600)
+        self._fact_check = settings.semantic.fact_check
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""
 
@@ -194,7 +196,10 @@ class Cascade:
             link, candidates = self._semantic(doc, vector)
             self.seconds[Stage.SEMANTIC] += perf_counter() - started
         if link is None or link.canonical_id == doc.doc_id:
+            apart = link.reason if link is not None else None  # the fact check kept it apart
             link, group_size = self._register(doc, vector)
+            if apart is not None and link.verdict is Verdict.UNIQUE:
+                link = replace(link, reason=apart)
         else:
             group_size = self._attach(doc, link)
         decision = self._recorded(doc, link, group_size)
@@ -291,10 +296,30 @@ class Cascade:
         if match is None:
             return None, candidates
         neighbour, verdict = match
-        if verdict is Verdict.DUPLICATE:
+        score = round(neighbour.score, 6)
+        disagree = self._facts_disagree(doc, neighbour)
+        if disagree is not None and self._fact_check == "apart":
+            why = f"fact check: kept apart from {neighbour.doc_id} (semantic {score:.3f}): {disagree}"
+            return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, reason=why), candidates
+        if disagree is not None:
+            verdict = Verdict.REVIEW
+        elif verdict is Verdict.DUPLICATE:
             verdict = self._near_verdict(neighbour.doc_id)
-        link = Link(doc.doc_id, verdict, neighbour.doc_id, Stage.SEMANTIC, round(neighbour.score, 6), str(self._model))
+        why = None if disagree is None else f"fact check: {disagree} (this document vs its canonical)"
+        link = Link(doc.doc_id, verdict, neighbour.doc_id, Stage.SEMANTIC, score, str(self._model), reason=why)
         return link, candidates
+
+    def _facts_disagree(self, doc: Document, neighbour: Neighbour) -> str | None:
+        """Which facts the document and the canonical it matched state differently; None when none do,
+        when the canonical's vector carries no facts, or when `semantic.fact_check` is off.
+
+        Only the match the cut-offs chose is checked: kept apart, the document becomes a canonical
+        (its other neighbour, scoring lower, is not tried). Names are compared only within a language.
+        """
+        if self._fact_check == "off" or not neighbour.facts:
+            return None
+        same_language = neighbour.language == doc.language
+        return disagreement(text_facts(doc.text), Facts.from_json(neighbour.facts), same_language=same_language)
 
     def _is_canonical(self, doc_id: str) -> bool:
         held = self._state.verdict_of(doc_id)
@@ -347,7 +372,8 @@ class Cascade:
         model = None
         if self.semantic and vector is not None:
             assert self._vectors is not None and self._model is not None
-            self._vectors.add(self._model, doc.doc_id, vector, doc.published_at, doc.language)
+            facts = payload_facts(doc.text)  # for the fact check of later documents
+            self._vectors.add(self._model, doc.doc_id, vector, doc.published_at, doc.language, facts)
             model = str(self._model)
         return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model), None
 
@@ -355,7 +381,9 @@ class Cascade:
 def with_content(link: Link, content: str) -> Link:
     """`replace(link, content=content)` at a third of its cost (every decision makes one);
     tests/test_batched_features.py holds it to `replace` for every field of Link."""
-    return Link(link.doc_id, link.verdict, link.canonical_id, link.stage, link.score, link.model, link.seq, content)
+    return Link(
+        link.doc_id, link.verdict, link.canonical_id, link.stage, link.score, link.model, link.seq, content, link.reason
+    )
 
 
 def _version(doc: Document) -> Document | None:

@@ -105,6 +105,9 @@ class Neighbour:
     score: float
     published_at: int
     language: str
+    facts: dict[str, list[str]] | None = field(default=None, compare=False)
+    """What the canonical's text states (`streams.features.facts.Facts.to_json`), for the fact check;
+    None for a vector stored without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,8 @@ class Link:
     seq: int | None = field(default=None, compare=False)
     content: str | None = field(default=None, compare=False)
     """`content_key` of the text the verdict was given to: the same id with other content is a new version."""
+    reason: str | None = field(default=None, compare=False)
+    """Why the cascade decided otherwise than the score alone says, e.g. the facts that disagree."""
 
     @property
     def publishes(self) -> bool:

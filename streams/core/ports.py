@@ -77,7 +77,16 @@ class VectorStore(Protocol):
         Ties go to the oldest (earliest `published_at`, then smallest id).
         """
 
-    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None: ...
+    def add(
+        self,
+        model: ModelId,
+        doc_id: str,
+        vector: np.ndarray,
+        published_at: int,
+        language: str,
+        facts: dict[str, list[str]] | None = None,
+    ) -> None:
+        """Upsert a canonical's vector; `facts` (what its text states) come back in its `Neighbour`."""
 
     def remove(self, model: ModelId, doc_id: str) -> None:
         """Delete the vector of `doc_id`, if there is one."""

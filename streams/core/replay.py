@@ -43,6 +43,8 @@ class Recorded:
     vector: np.ndarray | None = None
     keys: tuple[Stage, ...] | None = None
     """A relink's record: the exact keys it points at the document's holder (None: a cascade verdict)."""
+    facts: dict[str, list[str]] | None = None
+    """What an embedded canonical's text states: its vector's payload, for the fact check."""
 
 
 @dataclass
@@ -77,7 +79,9 @@ def restore(recorded: Recorded, state: StateStore, vectors: VectorStore | None =
             state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash))
             if vectors is not None and recorded.vector is not None and link.model:
                 model = _model(link.model, len(recorded.vector))
-                vectors.add(model, link.doc_id, recorded.vector, recorded.published_at, recorded.language)
+                vectors.add(
+                    model, link.doc_id, recorded.vector, recorded.published_at, recorded.language, recorded.facts
+                )
     elif link.verdict is Verdict.DUPLICATE:
         state.grow_group(link.canonical_id)
     if old is None:

@@ -36,11 +36,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
+from functools import lru_cache
 
 from streams.features.text import normalize_text
 
 MAX_PER_KIND = 32
 """Distinct facts of one kind kept (the first in the text): a fact set stays a few hundred bytes."""
+MAX_TEXT_CHARS = 4000
+"""Characters of a text read for facts: the headline and lead, where a report states its result
+(the model reads 1,200); both sides of a pair are cut alike, and reading stays a few milliseconds."""
 
 # ----------------------------------------------------------------------------- vocabularies
 
@@ -232,15 +236,17 @@ class Facts:
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
 
-    def to_json(self) -> dict[str, list[str]]:
+    def to_json(self, kinds: Iterable[Kind] = tuple(Kind)) -> dict[str, list[str]]:
         """Compact form for a vector payload or a link record: short keys, empty kinds left out."""
-        return {kind.value: list(self.of(kind)) for kind in Kind if self.of(kind)}
+        return {kind.value: list(self.of(kind)) for kind in kinds if self.of(kind)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Sequence[str]] | None) -> Facts:
         if not data:
             return cls()
-        return cls(**{KIND_LABELS[Kind(key)]: tuple(str(v) for v in values) for key, values in data.items()})
+        known = {kind.value: KIND_LABELS[kind] for kind in Kind}
+        # A kind this version does not know (written by a later one) is left out, not an error.
+        return cls(**{known[key]: tuple(str(v) for v in values) for key, values in data.items() if key in known})
 
 
 def _first(values: Iterable[str]) -> tuple[str, ...]:
@@ -357,7 +363,7 @@ def extract_facts(text: str, number_words: bool = True) -> Facts:
     `number_words` also reads "six million", "Sixty-one" and Bangla `আট লাখ` as numbers.
     """
     # Line by line: normalize_text collapses the newline that ends a headline (`document_text`).
-    text = _ascii_digits("\n".join(normalize_text(line) for line in text.splitlines()))
+    text = _ascii_digits("\n".join(normalize_text(line) for line in text[:MAX_TEXT_CHARS].splitlines()))
     names = _names(text)
     bangla = any("\u0980" <= ch <= "\u09ff" for ch in text)
     if bangla:
@@ -425,6 +431,19 @@ def extract_facts(text: str, number_words: bool = True) -> Facts:
         weekdays=ordered(weekdays),
         names=_first(names),
     )
+
+
+@lru_cache(maxsize=512)
+def text_facts(text: str) -> Facts:
+    """`extract_facts` remembered for the last texts: the cascade reads a document's facts to compare
+    it, and again for its vector's payload and its link record when it becomes a canonical."""
+    return extract_facts(text)
+
+
+def payload_facts(text: str) -> dict[str, list[str]] | None:
+    """What a canonical's vector carries for the fact check of later documents (and its link record, so
+    replay restores it): the kinds the check compares, in the compact form; None when it states none."""
+    return text_facts(text).to_json(DEFAULT_KINDS) or None
 
 
 # ----------------------------------------------------------------------------- comparing

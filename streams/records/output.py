@@ -9,6 +9,7 @@ import numpy as np
 
 from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key
 from streams.core.replay import Recorded
+from streams.features.facts import payload_facts
 from streams.records.article import format_timestamp, parse_timestamp
 
 
@@ -43,8 +44,13 @@ def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> 
         record["seq"] = link.seq
     if doc.version_of is not None:
         record["version_of"] = doc.version_of
+    if link.reason is not None:
+        record["reason"] = link.reason
     if vector is not None and link.canonical_id == link.doc_id:
         record["vector"] = vector
+        facts = payload_facts(doc.text)
+        if facts:
+            record["facts"] = facts  # its vector's payload: replay restores them for the fact check
     return record
 
 
@@ -112,6 +118,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         model=record["model"],
         seq=_sequence(record.get("seq")),
         content=content_key(record["content_hash"]),
+        reason=record.get("reason"),
     )
     vector = record.get("vector")
     return Recorded(
@@ -123,6 +130,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         published_at=parse_timestamp(record["published_at"]),
         vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
         keys=_keys(record["keys"]) if "keys" in record else None,
+        facts=record.get("facts"),
     )
 
 

@@ -31,6 +31,7 @@ from streams.config import Settings
 from streams.core.cascade import Cascade, Decision
 from streams.core.model import Document, Link, Neighbour, Stage
 from streams.core.ports import Embedder
+from streams.features.facts import payload_facts
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import candidate_record, deduped_record, link_record
 from streams.records.stage import read_stage_record, rejected_record, stage_record
@@ -261,7 +262,8 @@ class StageAgent:
                 if doc.identity in vectors and decision is not None:
                     doc_id = (decision.version or doc).doc_id
                     ids.add(doc_id)
-                    self._vectors.add(model, doc_id, vectors[doc.identity], doc.published_at, doc.language)
+                    facts = payload_facts(doc.text)
+                    self._vectors.add(model, doc_id, vectors[doc.identity], doc.published_at, doc.language, facts)
             self._vectors.flush(ids)
         return [(doc, got, decision, vectors.get(doc.identity, vector)) for doc, got, decision, vector in decided]
 

@@ -27,6 +27,7 @@ class _Pending:
     vector: np.ndarray
     published_at: int
     language: str
+    facts: dict[str, list[str]] | None = None
 
 
 class BatchedVectors:
@@ -45,10 +46,19 @@ class BatchedVectors:
         pending, self._pending = self._pending, []
         for item in pending:
             if item.doc_id in recorded:
-                self._store.add(item.model, item.doc_id, item.vector, item.published_at, item.language)
+                self._store.add(item.model, item.doc_id, item.vector, item.published_at, item.language, item.facts)
 
-    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
-        self._pending.append(_Pending(model, doc_id, np.asarray(vector, dtype=np.float32), published_at, language))
+    def add(
+        self,
+        model: ModelId,
+        doc_id: str,
+        vector: np.ndarray,
+        published_at: int,
+        language: str,
+        facts: dict[str, list[str]] | None = None,
+    ) -> None:
+        vector = np.asarray(vector, dtype=np.float32)
+        self._pending.append(_Pending(model, doc_id, vector, published_at, language, facts))
 
     def remove(self, model: ModelId, doc_id: str) -> None:
         self._pending = [item for item in self._pending if not (item.model == model and item.doc_id == doc_id)]
@@ -61,7 +71,7 @@ class BatchedVectors:
         stored = self._store.nearest(model, vector, published_at, window_s, language, same_language)
         query = np.asarray(vector, dtype=np.float32)
         held = [
-            Neighbour(item.doc_id, float(np.dot(query, item.vector)), item.published_at, item.language)
+            Neighbour(item.doc_id, float(np.dot(query, item.vector)), item.published_at, item.language, item.facts)
             for item in self._pending
             if item.model == model
             and abs(item.published_at - published_at) <= window_s

@@ -57,9 +57,20 @@ def collection_name(prefix: str, model: ModelId) -> str:
     return f"{prefix}_{safe_part(model.name)}_{safe_part(model.version)}"
 
 
-def payload(model: ModelId, doc_id: str, published_at: int, language: str) -> dict[str, object]:
-    """What each point carries: enough to answer `nearest` and to audit which model wrote it."""
-    return {"doc_id": doc_id, "language": language, "published_at": int(published_at), "model": str(model)}
+def payload(
+    model: ModelId, doc_id: str, published_at: int, language: str, facts: dict[str, list[str]] | None = None
+) -> dict[str, object]:
+    """What each point carries: enough to answer `nearest` and to audit which model wrote it, and the
+    facts its text states for the semantic stage's fact check (left out when there are none)."""
+    found: dict[str, object] = {
+        "doc_id": doc_id,
+        "language": language,
+        "published_at": int(published_at),
+        "model": str(model),
+    }
+    if facts:
+        found["facts"] = facts
+    return found
 
 
 def as_vector(model: ModelId, vector: np.ndarray) -> list[float]:

@@ -53,11 +53,21 @@ class EdgeVectorStore:
         self._shards[name] = shard
         return shard
 
-    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
+    def add(
+        self,
+        model: ModelId,
+        doc_id: str,
+        vector: np.ndarray,
+        published_at: int,
+        language: str,
+        facts: dict[str, list[str]] | None = None,
+    ) -> None:
         """Upsert a canonical's vector; the id is derived from `doc_id`, so a redelivery overwrites."""
         shard = self._shard(model, create=True)
         assert shard is not None
-        point = qe.Point(point_id(doc_id), as_vector(model, vector), payload(model, doc_id, published_at, language))
+        point = qe.Point(
+            point_id(doc_id), as_vector(model, vector), payload(model, doc_id, published_at, language, facts)
+        )
         shard.update(qe.UpdateOperation.upsert_points([point]))
 
     def remove(self, model: ModelId, doc_id: str) -> None:
@@ -93,6 +103,7 @@ class EdgeVectorStore:
                     score=float(h.score),
                     published_at=int(h.payload["published_at"]),
                     language=h.payload["language"],
+                    facts=h.payload.get("facts"),
                 )
                 for h in hits
                 if h.payload

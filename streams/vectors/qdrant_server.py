@@ -49,12 +49,22 @@ class QdrantVectorStore:
         self._ready.add(name)
         return name
 
-    def add(self, model: ModelId, doc_id: str, vector: np.ndarray, published_at: int, language: str) -> None:
+    def add(
+        self,
+        model: ModelId,
+        doc_id: str,
+        vector: np.ndarray,
+        published_at: int,
+        language: str,
+        facts: dict[str, list[str]] | None = None,
+    ) -> None:
         """Upsert and wait for it, so the next `nearest` (any worker) sees this canonical."""
         name = self._collection(model, create=True)
         assert name is not None
         point = models.PointStruct(
-            id=point_id(doc_id), vector=as_vector(model, vector), payload=payload(model, doc_id, published_at, language)
+            id=point_id(doc_id),
+            vector=as_vector(model, vector),
+            payload=payload(model, doc_id, published_at, language, facts),
         )
         self.client.upsert(name, points=[point], wait=True)
 
@@ -91,6 +101,7 @@ class QdrantVectorStore:
                     score=float(p.score),
                     published_at=int(p.payload["published_at"]),
                     language=p.payload["language"],
+                    facts=p.payload.get("facts"),
                 )
                 for p in hits.points
                 if p.payload
