@@ -35,10 +35,12 @@ from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.core.relink import Cutoff, Label
+from streams.features.facts import payload_facts
 from streams.runner.embedded import RunPaths, locked, run
 from streams.runner.relink import RelinkResult, relink_files
 from streams.runner.replay import replay_files
 from streams.stores.batched import BatchedState
+from streams.stores.journal import Journal
 from streams.vectors.edge import EdgeVectorStore
 
 LINK_SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "link.schema.json").read_text())
@@ -243,7 +245,7 @@ VECTORS = {
     6: _near(A_VEC, 0.99, 14),  # A2 (later): 0.99 with A, 0.975 with B
     7: _axis(2),  # T: a third story, later
 }
-B_BODY, A_BODY, S_BODY = _body(1, 0), _body(2, 1), _body(6, 5)
+B_BODY, A_BODY, S_BODY = _body(1, 0), _body(2, 1) + " The council counted 4,512 votes.", _body(6, 5)
 A_RECRAWL_BODY = A_BODY + " An update said the council would meet again on Friday morning."
 DAY_ONE = [
     _article("B", "https://news.example.com/b", B_BODY),
@@ -293,6 +295,15 @@ class World:
 
     def latest(self, *outs: str) -> dict[str, dict[str, Any]]:
         return {record["doc_id"]: record for record in self.links(*outs)}
+
+    def journal_text(self, doc_id: str) -> str:
+        journal = Journal(self.state)
+        try:
+            candidate = journal.candidate(doc_id)
+            assert candidate is not None
+            return candidate["text"]
+        finally:
+            journal.close()
 
 
 def _settings() -> Settings:
@@ -369,6 +380,17 @@ def _vectors(state_dir: Path) -> dict[str, tuple[float, ...]]:
         store.close()
 
 
+def _payloads(state_dir: Path) -> dict[str, dict[str, Any]]:
+    store = EdgeVectorStore(state_dir / "vectors")
+    try:
+        shard = store._shard(TOY, create=False)
+        assert shard is not None
+        points, _ = shard.scroll(qe.ScrollRequest(limit=10_000, with_payload=True, with_vector=False))
+        return {point.payload["doc_id"]: dict(point.payload) for point in points}
+    finally:
+        store.close()
+
+
 def assert_stars(state_dir: Path) -> None:
     """No chains: every linked document's canonical is a canonical, every exact key points to a
     canonical or a document under review, band entries and vectors are canonicals', and each group
@@ -415,6 +437,8 @@ def test_a_document_labelled_not_a_duplicate_becomes_a_canonical_with_its_exact_
         "model": "toy@1",
     }  # fmt: skip
     assert new["A"]["vector"] == pytest.approx(A_VEC.tolist(), abs=1e-6)
+    # What its text states rides with its vector, as for any canonical: later documents are fact-checked against it.
+    assert new["A"]["facts"] == payload_facts(world.journal_text("A")) and "4512" in str(new["A"]["facts"])
     assert set(new["A"]["keys"]) == {"url", "content"}
     for copy, stage in (("A-recrawl", "url"), ("A-wire", "content"), ("A-synd", "content"), ("Y", "url")):
         assert (new[copy]["verdict"], new[copy]["canonical_id"], new[copy]["stage"]) == ("duplicate", "A", stage)
@@ -437,6 +461,7 @@ def test_a_document_labelled_not_a_duplicate_becomes_a_canonical_with_its_exact_
     assert exact[_key_of("content", before["B"])] == "B"
     assert state["groups"] == {"A": 5, "B": 3, "S": 2}  # B: itself, C, D
     assert "A" in [row[0] for row in state["bands"]] and "A" in state["vectors"]
+    assert _payloads(world.state)["A"].get("facts") == new["A"]["facts"]
     assert_stars(world.state)
 
 

@@ -66,6 +66,7 @@ from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Link, Stage, Verdict, content_key
 from streams.core.ports import StateStore, VectorStore
 from streams.core.replay import Recorded, restore
+from streams.features.facts import payload_facts
 
 DecidedBy = Literal["person", "threshold"]
 Pair = Literal["same", "cross", "both"]
@@ -147,6 +148,9 @@ class Change:
     """For an exact copy: the document whose change it follows."""
     group: int | None = None
     """For a canonical linked back: its group size now (itself and the copies that follow it)."""
+    facts: dict[str, list[str]] | None = field(default=None, repr=False)
+    """For a document that becomes a canonical with a vector: what its text states, for the fact check
+    of later documents (its vector's payload, as the cascade gives a canonical it registers)."""
 
     @property
     def holder(self) -> str:
@@ -299,9 +303,11 @@ class _Planner:
             return
         vector = found.get("vector")
         model = found.get("model") if vector is not None else None
+        # The candidate record keeps the first candidate_text_chars of the text, as much as the fact check reads.
+        facts = payload_facts(found["text"]) if vector is not None and found.get("text") else None
         unlinked = Link(head, Verdict.UNLINKED, head, model=model, content=doc.link.content)
         published = {**article, "features": {**article.get("features", {}), "verdict": Verdict.UNLINKED.value}}
-        self._change(head, unlinked, decided_by, reason, moving, vector=vector, article=published)
+        self._change(head, unlinked, decided_by, reason, moving, vector=vector, article=published, facts=facts)
         for other in self._followers(inside, head):
             copy = self._docs[other]
             link = Link(other, Verdict.DUPLICATE, head, copy.link.stage, content=copy.link.content)
@@ -416,6 +422,7 @@ class _Planner:
         article: dict[str, Any] | None = None,
         follows: str | None = None,
         group: int | None = None,
+        facts: dict[str, list[str]] | None = None,
     ) -> None:
         doc = self._docs[doc_id]
         keys = tuple(
@@ -425,7 +432,9 @@ class _Planner:
         )
         if isinstance(vector, np.ndarray):
             vector = vector.tolist()
-        change = Change(doc_id, link, doc.link, decided_by, reason, keys, doc.record, vector, article, follows, group)
+        change = Change(
+            doc_id, link, doc.link, decided_by, reason, keys, doc.record, vector, article, follows, group, facts
+        )
         self.plan.changes.append(change)
         # The view moves on: later decisions of this plan see the change.
         if doc.link.canonical_id != doc_id:
@@ -557,6 +566,7 @@ def recorded(change: Change) -> Recorded:
         published_at=_published(record["published_at"]),
         vector=np.asarray(change.vector, dtype=np.float32) if change.vector is not None else None,
         keys=tuple(stage for stage, _ in change.keys),
+        facts=change.facts,
     )
 
 
@@ -626,6 +636,8 @@ def change_record(change: Change, linked_at: str, seq: int | None = None) -> dic
         record["seq"] = seq
     if change.vector is not None and change.link.verdict.canonical:
         record["vector"] = change.vector
+        if change.facts:
+            record["facts"] = change.facts
     return record
 
 

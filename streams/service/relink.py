@@ -232,7 +232,7 @@ def _vectors_again(change: Change, vectors: VectorStore) -> None:
     if change.link.verdict.canonical and again.vector is not None and change.link.model:
         name, _, version = change.link.model.partition("@")
         model = ModelId(name, version, len(again.vector))
-        vectors.add(model, change.doc_id, again.vector, again.published_at, again.language)
+        vectors.add(model, change.doc_id, again.vector, again.published_at, again.language, again.facts)
     elif change.previous.verdict.canonical and change.previous.model:
         name, _, version = change.previous.model.partition("@")
         vectors.remove(ModelId(name, version, 0), change.doc_id)
