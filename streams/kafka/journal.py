@@ -20,16 +20,19 @@ one itself. This does, for any topic of JSON objects:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.config import Settings
-from streams.kafka.replay import POLL_S, end_offsets
 from streams.kafka.topics import CommandClient
+
+POLL_S = 1.0
+TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,26 +69,41 @@ def _seq(value: Any) -> int | None:
     return value
 
 
-def latest(settings: Settings, topic: str) -> Latest:
-    """Read `topic` from its beginning to its current end; keep the latest JSON record per key.
+def end_offsets(consumer: Consumer, topic: str) -> list[TopicPartition]:
+    """Every partition of `topic` with its end offset now (where reading stops)."""
+    metadata = consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise RuntimeError(f"topic {topic} does not exist; create it with `dedup topics create`")
+    ends = []
+    for partition in sorted(metadata.partitions):
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+        ends.append(TopicPartition(topic, partition, high))
+    return ends
 
-    RuntimeError in one line when the broker cannot be reached or the topic does not exist.
+
+def read_to_end(settings: Settings, topic: str, on_total: Callable[[int], None] | None = None) -> Iterator[Message]:
+    """Every record of `topic` from its beginning up to the end offsets seen when reading starts (records
+    produced meanwhile are left for the next reader), under a throwaway group that commits nothing.
+
+    `on_total` hears how many records that is, before the first. RuntimeError in one line when the
+    broker cannot be reached or the topic does not exist.
     """
     client = CommandClient(settings)
     client.reach(AdminClient(client.config()))  # an unreachable broker is one line, not a 30 s hang
     consumer = Consumer(
         client.config(
             **{
-                "group.id": f"dedup-journal-{uuid.uuid4().hex}",  # nothing is committed under it
+                "group.id": f"dedup-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
             }
         )
     )
-    result = Latest()
     try:
         ends = end_offsets(consumer, topic)
         remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
+        if on_total is not None:
+            on_total(sum(remaining.values()))
         consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in ends])
         while remaining:
             message = consumer.poll(POLL_S)
@@ -98,10 +116,20 @@ def latest(settings: Settings, topic: str) -> Latest:
                 continue
             if offset + 1 >= remaining[partition]:
                 del remaining[partition]
-            result.read += 1
-            _keep(result, topic, partition, offset, message.key(), message.value())
+            yield message
     finally:
         consumer.close()
+
+
+def latest(settings: Settings, topic: str) -> Latest:
+    """Read `topic` from its beginning to its current end; keep the latest JSON record per key.
+
+    RuntimeError in one line when the broker cannot be reached or the topic does not exist.
+    """
+    result = Latest()
+    for message in read_to_end(settings, topic):
+        result.read += 1
+        _keep(result, topic, message.partition(), message.offset(), message.key(), message.value())
     return result
 
 

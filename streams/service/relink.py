@@ -25,7 +25,6 @@ stop the workers of that host first.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -132,53 +131,23 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
     It is the latest record then; the relink's fields are taken from the relink's record.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from streams.kafka.journal import Position, read_to_end
 
-    from streams.kafka.journal import Position
-    from streams.kafka.replay import POLL_S, end_offsets
-
-    topic = settings.topics.links
-    client = CommandClient(settings)
-    client.reach(AdminClient(client.config()))
-    consumer = Consumer(
-        client.config(
-            **{
-                "group.id": f"dedup-relink-{uuid.uuid4().hex}",  # nothing is committed under it
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-    )
     last: dict[str, tuple[Position, dict[str, Any]]] = {}
     relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
-    try:
-        ends = end_offsets(consumer, topic)
-        remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
-        consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in ends])
-        while remaining:
-            message = consumer.poll(POLL_S)
-            if message is None:
-                continue
-            if message.error() is not None:
-                raise KafkaException(message.error())
-            partition, offset = message.partition(), message.offset()
-            if partition not in remaining or offset >= remaining[partition]:
-                continue
-            if offset + 1 >= remaining[partition]:
-                del remaining[partition]
-            try:
-                record = orjson.loads(message.value() or b"")
-                seq = record.get("seq")
-                position = Position(partition, offset, seq if isinstance(seq, int) and seq > 0 else None)
-                doc_id = record["doc_id"]
-            except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
-                continue  # replay and report say which records are unreadable
-            for kept, wanted in ((last, True), (relinked, "decided_by" in record)):
-                if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
-                    kept[doc_id] = (position, record)
-    finally:
-        consumer.close()
+    for message in read_to_end(settings, settings.topics.links):
+        try:
+            record = orjson.loads(message.value() or b"")
+            seq = record.get("seq")
+            position = Position(
+                message.partition(), message.offset(), seq if isinstance(seq, int) and seq > 0 else None
+            )
+            doc_id = record["doc_id"]
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            continue  # replay and report say which records are unreadable
+        for kept, wanted in ((last, True), (relinked, "decided_by" in record)):
+            if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
+                kept[doc_id] = (position, record)
     found = {}
     for doc_id, (_, record) in last.items():
         relink = relinked.get(doc_id, (None, None))[1]
