@@ -272,7 +272,10 @@ class _Run:
         # The whole chunk is featurised in one call (its text work batched); a line over the
         # limit was never read whole, so it is refused without being parsed.
         readable = [line.raw for line in lines if line.size <= limit]
-        parsed = iter(self._featurizer.parse_batch(readable, ingest_time=ingest_time))
+        # Ctrl-C waits for the chunk's features (milliseconds): a KeyboardInterrupt raised inside a
+        # compiled (Numba) kernel comes out as a SystemError, not as an interruption.
+        with self._interrupts:
+            parsed = iter(self._featurizer.parse_batch(readable, ingest_time=ingest_time))
         for line in lines:
             self.stats.read += 1
             result = (
