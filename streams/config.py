@@ -205,6 +205,25 @@ class WorkerSettings(Section):
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 
 
+class RetentionSettings(Section):
+    """How long each key family is kept, in the stream's time (the newest `published_at` seen); 0 keeps it
+    forever. An entry older than its family's retention is invisible at once and swept later (README,
+    "Retention")."""
+
+    bands_days: float = Field(
+        30.0, ge=0, description="SimHash band entries of a canonical: near-duplicates cluster in time."
+    )
+    exact_days: float = Field(
+        365.0, ge=0, description="Exact URL and content keys, and group sizes: a re-crawl months later still links."
+    )
+    vectors_hours: float = Field(
+        72.0, ge=0, description="Canonical vectors: the semantic window plus a margin (at least semantic.window_hours)."
+    )
+    verdicts_days: float = Field(
+        7.0, ge=0, description="Verdicts kept for redelivery: as long as the input topic keeps its records."
+    )
+
+
 class ReportSettings(Section):
     """`dedup report`: the drift period and the jump that raises an alarm."""
 
@@ -272,6 +291,7 @@ class Settings(BaseSettings):
     simhash: SimhashSettings = Field(default_factory=SimhashSettings)
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     @model_validator(mode="after")
     def _stages_in_order(self) -> Settings:
@@ -279,6 +299,17 @@ class Settings(BaseSettings):
         self.stages = sorted(set(self.stages), key=order.index)
         if not self.stages:
             raise ValueError("at least one stage must be enabled")
+        return self
+
+    @model_validator(mode="after")
+    def _vectors_outlive_the_window(self) -> Settings:
+        """A vector expired before the window closes would be missed by a search that should find it."""
+        hours = self.retention.vectors_hours
+        if hours and hours < self.semantic.window_hours:
+            raise ValueError(
+                f"retention.vectors_hours ({hours:g}) is shorter than semantic.window_hours"
+                f" ({self.semantic.window_hours:g}): vectors must outlive the search window (or 0: keep forever)"
+            )
         return self
 
     def kafka_client_config(self) -> dict[str, str]:
