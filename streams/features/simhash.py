@@ -18,6 +18,8 @@ import string
 import numpy as np
 from numba import njit
 
+from streams.features.utf8 import decode
+
 BANDS = 4
 BAND_BITS = 16
 
@@ -220,19 +222,15 @@ def _simhash_docs(
         pending_space = False
         while i < end:
             b = np.int64(buffer[i])
-            if b < 0x80:
+            if b < 0x80:  # the ASCII fast path
                 cp = b + 32 if 0x41 <= b <= 0x5A else b
                 i += 1
             else:
-                if b < 0xE0:
-                    cp = ((b & 0x1F) << 6) | (np.int64(buffer[i + 1]) & 0x3F)
-                    i += 2
-                elif b < 0xF0:
-                    cp = ((b & 0x0F) << 12) | ((np.int64(buffer[i + 1]) & 0x3F) << 6) | (np.int64(buffer[i + 2]) & 0x3F)
-                    i += 3
-                else:
+                cp, width = decode(buffer, i)
+                if width == 4:
                     unsure[d] = True
                     break
+                i += width
                 if cp == 0x130 or cp == 0x3A3:
                     unsure[d] = True
                     break

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from streams.features.utf8 import decode, encode
+
 _CANONICAL_FORMS = {
     **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032\u00b4\u0060\u2039\u203a", "'"),
     **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb", '"'),
@@ -92,25 +94,6 @@ _ZWNJ, _ZWJ = 0x200C, 0x200D
 
 
 @njit(cache=True)
-def _encode(cp: int, out: np.ndarray, pos: int) -> int:
-    """Write `cp` (not ASCII) as UTF-8 at `pos`; returns the position after it."""
-    if cp < 0x800:
-        out[pos] = 0xC0 | (cp >> 6)
-        out[pos + 1] = 0x80 | (cp & 0x3F)
-        return pos + 2
-    if cp < 0x10000:
-        out[pos] = 0xE0 | (cp >> 12)
-        out[pos + 1] = 0x80 | ((cp >> 6) & 0x3F)
-        out[pos + 2] = 0x80 | (cp & 0x3F)
-        return pos + 3
-    out[pos] = 0xF0 | (cp >> 18)
-    out[pos + 1] = 0x80 | ((cp >> 12) & 0x3F)
-    out[pos + 2] = 0x80 | ((cp >> 6) & 0x3F)
-    out[pos + 3] = 0x80 | (cp & 0x3F)
-    return pos + 4
-
-
-@njit(cache=True)
 def _canonical(cp: int, map_from: np.ndarray, map_to: np.ndarray) -> int:
     """`_CANONICAL_FORMS` of a codepoint that may have an entry: itself, its replacement, or -1 (deleted)."""
     lo, hi = 0, len(map_from)
@@ -167,19 +150,8 @@ def _normalize_part(
             out[pos] = b
             pos += 1
             continue
-        if b < 0x80:
-            cp = b
-            i += 1
-        elif b < 0xE0:
-            cp = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F)
-            i += 2
-        elif b < 0xF0:
-            cp = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
-            i += 3
-        else:
-            cp = ((b & 0x07) << 18) | ((np.int64(src[i + 1]) & 0x3F) << 12)
-            cp |= ((np.int64(src[i + 2]) & 0x3F) << 6) | (np.int64(src[i + 3]) & 0x3F)
-            i += 4
+        cp, width = decode(src, i)
+        i += width
         if cp == 0x60:
             cp = 0x27
         elif 0xAB <= cp <= 0xBB or cp >= 0x200B:  # ASCII and the Indic blocks have no entry
@@ -193,7 +165,7 @@ def _normalize_part(
                 if pending_space and pos > first:
                     out[pos] = 0x20
                     pos += 1
-            pos = _encode(cp, out, pos)
+            pos = encode(cp, out, pos)
             continue
         space = cp < n_spaces and spaces[cp]
         if run_at >= 0:  # a run of joiners ends here: dropped next to an Indic letter
@@ -217,7 +189,7 @@ def _normalize_part(
             elif prev == 0x09AF:
                 composed = 0x09DF
             if composed >= 0:
-                _encode(composed, out, prev_at)  # three bytes over three bytes
+                encode(composed, out, prev_at)  # three bytes over three bytes
                 prev = composed
                 continue
         if pending_space and pos > first:
@@ -231,7 +203,7 @@ def _normalize_part(
             out[pos] = cp
             pos += 1
         else:
-            pos = _encode(cp, out, pos)
+            pos = encode(cp, out, pos)
     if run_at >= 0 and 0x0900 <= run_after <= 0x0DFF:
         pos = run_at
     return pos
@@ -328,19 +300,11 @@ def _nfkc_unchanged(
         last_class = 0  # canonical combining class of the mark before (0: none)
         ok = True
         while i < end:
-            b = np.int64(src[i])
-            if b < 0x80:
-                cp = b
-                i += 1
-            elif b < 0xE0:
-                cp = ((b & 0x1F) << 6) | (np.int64(src[i + 1]) & 0x3F)
-                i += 2
-            elif b < 0xF0:
-                cp = ((b & 0x0F) << 12) | ((np.int64(src[i + 1]) & 0x3F) << 6) | (np.int64(src[i + 2]) & 0x3F)
-                i += 3
-            else:
+            cp, width = decode(src, i)
+            if width == 4:
                 ok = False
                 break
+            i += width
             kind = classes[cp] if cp < size else _OTHER
             if kind == _OTHER:
                 ok = False
