@@ -1,13 +1,24 @@
-"""Shared fixtures: the public data in ../shared/data; a real Redis and a real Kafka-protocol broker on free ports."""
+"""Shared fixtures: the public data in ../shared/data; a real Redis, Kafka-protocol broker and Qdrant.
+
+Where they come from is one switch, DEDUP_TEST_CONTAINERS: `auto` (the default) runs testcontainers'
+Redis, Kafka and Qdrant when a Docker engine answers, and otherwise local processes on free ports
+(Debian's redis-server, noida-db's broker) and qdrant-client's local mode; `always` insists on containers
+(the run stops in one line without an engine); `never` keeps to local processes. The containers run the
+images docker-compose.yml deploys.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
+from qdrant_client import QdrantClient
 
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
@@ -16,6 +27,78 @@ from streams.evaluation.stack import Stack
 from streams.stores.batched import BatchedState
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
+from streams.vectors.qdrant_server import QdrantVectorStore
+
+CONTAINERS_ENV = "DEDUP_TEST_CONTAINERS"
+COMPOSE_FILE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
+# testcontainers' KafkaContainer drives the start scripts of Confluent's image, not apache/kafka's:
+# Confluent Platform 7.8 is Apache Kafka 3.8, the release compose runs (tests/test_deploy_versions.py).
+KAFKA_TEST_IMAGE = "confluentinc/cp-kafka:7.8.0"
+
+
+@cache
+def compose_image(service: str) -> str:
+    """The image docker-compose.yml runs for `service`, so the test containers are the versions deployed."""
+    return yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"][service]["image"]
+
+
+def docker_engine_answers() -> bool:
+    """Whether a Docker engine answers a ping at DOCKER_HOST (default: the local socket)."""
+    try:
+        import docker  # installed with testcontainers; absent means no containers either
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=5)
+    except docker.errors.DockerException:  # from_env asks the engine for its API version
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:  # refused, timed out, not an engine: all mean none to use
+        return False
+    finally:
+        client.close()
+
+
+def containers_mode() -> str:
+    """DEDUP_TEST_CONTAINERS, checked: a typo must not quietly mean `auto`."""
+    mode = os.environ.get(CONTAINERS_ENV, "auto").strip().lower()
+    if mode not in ("auto", "never", "always"):
+        raise pytest.UsageError(f"{CONTAINERS_ENV}={mode!r}: expected auto, never or always")
+    return mode
+
+
+def containers_wanted() -> bool:
+    """Whether the service fixtures run containers; `always` without a way to run them is a usage error."""
+    mode = containers_mode()
+    if mode == "never":
+        return False
+    if docker_engine_answers():
+        if importlib.util.find_spec("testcontainers") is not None:
+            return True
+        if mode == "always":
+            raise pytest.UsageError(
+                f"{CONTAINERS_ENV}=always but testcontainers is not installed: pip install -e '.[test]'"
+            )
+        return False
+    if mode == "always":
+        where = os.environ.get("DOCKER_HOST") or "the default socket"
+        raise pytest.UsageError(
+            f"{CONTAINERS_ENV}=always but no Docker engine answers at {where}; start one, or set {CONTAINERS_ENV}=auto"
+        )
+    return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A bad switch, or `always` with no engine, stops the run here in one line, not in every test needing a service."""
+    if containers_mode() == "always":
+        containers_wanted()
+
+
+@pytest.fixture(scope="session")
+def containers() -> bool:
+    """True when the service fixtures below run in containers (DEDUP_TEST_CONTAINERS)."""
+    return containers_wanted()
 
 
 @pytest.fixture(scope="session")
@@ -29,21 +112,58 @@ def ntrex(shared_data: Path) -> list[NtrexDocument]:
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Redis (Debian's redis-server) on a free port, stopped by PID at the end."""
+def redis_url(containers: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis: compose's image in a container, else Debian's redis-server on a free port (stopped by PID)."""
+    if containers:
+        from testcontainers.community.redis import RedisContainer
+
+        with RedisContainer(compose_image("redis")) as server:
+            yield f"redis://{server.get_container_host_ip()}:{server.get_exposed_port(server.port)}/0"
+        return
     with local_redis(tmp_path_factory.mktemp("redis")) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Kafka-protocol broker: DEDUP_TEST_KAFKA_BOOTSTRAP if set, else noida-db's binary on a free port."""
+def kafka_bootstrap(containers: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Kafka-protocol broker: DEDUP_TEST_KAFKA_BOOTSTRAP if set, else Kafka (KRaft) in a container,
+    else noida-db's binary on a free port."""
     given = os.environ.get("DEDUP_TEST_KAFKA_BOOTSTRAP")
     if given:
         yield given
         return
+    if containers:
+        from testcontainers.community.kafka import KafkaContainer
+
+        with KafkaContainer(KAFKA_TEST_IMAGE).with_kraft() as broker:
+            yield broker.get_bootstrap_server()
+        return
     with local_kafka(tmp_path_factory.mktemp("kafka")) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def qdrant_location(containers: bool) -> Iterator[str]:
+    """Where `QdrantClient(location)` finds Qdrant: compose's server image in a container, else ":memory:"
+    (qdrant-client's local mode, the same API in process)."""
+    if not containers:
+        yield ":memory:"
+        return
+    from testcontainers.community.qdrant import QdrantContainer
+
+    with QdrantContainer(compose_image("qdrant")) as server:
+        yield f"http://{server.rest_host_address}"
+
+
+@pytest.fixture
+def qdrant_store(qdrant_location: str) -> Iterator[QdrantVectorStore]:
+    """A server vector store of its own (its own collection prefix), its collections dropped after the test."""
+    store = QdrantVectorStore(QdrantClient(location=qdrant_location), prefix=f"t{uuid.uuid4().hex}")
+    yield store
+    for collection in store.client.get_collections().collections:
+        if collection.name.startswith(f"{store.prefix}_"):
+            store.client.delete_collection(collection.name)
+    store.close()
 
 
 @pytest.fixture(params=["sqlite", "redis", "redis-batched"])

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from qdrant_client import QdrantClient
 
 from streams.core.model import ModelId
 from streams.vectors.common import collection_name, model_dir_name, point_id, safe_part
@@ -34,12 +33,13 @@ def unit(*xs: float) -> np.ndarray:
 
 @pytest.fixture(params=["edge", "server"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EdgeVectorStore | QdrantVectorStore]:
-    if request.param == "edge":
-        s: EdgeVectorStore | QdrantVectorStore = EdgeVectorStore(tmp_path / "vectors")
-    else:
-        s = QdrantVectorStore(QdrantClient(":memory:"))
-    yield s
-    s.close()
+    """The server adapter on `qdrant_store`: a Qdrant container where a Docker engine answers, else local mode."""
+    if request.param == "server":
+        yield request.getfixturevalue("qdrant_store")
+        return
+    edge = EdgeVectorStore(tmp_path / "vectors")
+    yield edge
+    edge.close()
 
 
 def test_empty_store_returns_none(store: EdgeVectorStore | QdrantVectorStore) -> None:
