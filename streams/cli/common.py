@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -33,6 +34,16 @@ app = typer.Typer(
     add_completion=False,
 )
 err = Console(stderr=True)
+
+# The options of the commands that change verdicts (`relink`, `review`), for files or for the service.
+StateOption = Annotated[
+    Path | None,
+    typer.Option(help="State folder (files); none: the streaming service (Redis, vectors, topics).", file_okay=False),
+]
+RelinkOutOption = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="With --state: folder whose links.jsonl and deduped.jsonl get the changes."),
+]
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import app, err, one_line_errors
+from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.relink import Change, Cutoff, Pair
@@ -22,16 +22,8 @@ SHOWN = 200
 @app.command("relink")
 @one_line_errors
 def relink_command(
-    state: Annotated[
-        Path | None,
-        typer.Option(
-            help="State folder (files); none: the streaming service (Redis, vectors, topics).", file_okay=False
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="With --state: folder whose links.jsonl and deduped.jsonl get the changes."),
-    ] = None,
+    state: StateOption = None,
+    out: RelinkOutOption = None,
     decisions: Annotated[
         Path | None,
         typer.Option(help="labels.jsonl of people's decisions (a, b, label: true = duplicate).", dir_okay=False),

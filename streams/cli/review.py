@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import orjson
 import typer
 
-from streams.cli.common import app, err, one_line_errors
+from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors
 
 if TYPE_CHECKING:
     from streams.config import Settings
@@ -29,16 +29,8 @@ def review_command(
             help="labels.jsonl: each decision on a semantic review is appended (and fsync'd) here.", dir_okay=False
         ),
     ],
-    state: Annotated[
-        Path | None,
-        typer.Option(
-            help="State folder (files); none: the streaming service (Redis, vectors, topics).", file_okay=False
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", help="With --state: folder whose links.jsonl and deduped.jsonl get the relinks."),
-    ] = None,
+    state: StateOption = None,
+    out: RelinkOutOption = None,
     by: Annotated[str | None, typer.Option("--by", help="Your name: labelled_by, and in each relink's reason.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Show at most this many reviews (the oldest).")] = None,
     articles: Annotated[
