@@ -68,7 +68,7 @@ class Resources:
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.redis = redis_client(settings)
-        self.state = RedisStateStore(self.redis, settings.redis_prefix)
+        self.state = RedisStateStore(self.redis, settings.redis_prefix, retention=settings.retention)
         self._embedder = embedder
         self._vectors: VectorStore | None = None
         self.lock = RedisLock(self.redis, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)

@@ -12,15 +12,25 @@ it from `warm` to `flush` (docs/streaming.md). An agent before the last may warm
 without it: a stale snapshot only misses canonicals made meanwhile, and the
 documents it passes on are decided again by the last stage; a document that got
 a verdict meanwhile keeps that one, and none of this batch's writes for it apply.
+
+Retention: the snapshot is read through the store, which hides what is past its
+retention; what the batch itself makes is hidden the same way, against the clock
+the batch will leave (the stored one, or the newest stamp written since). After a
+flush that moved the clock into a new day, the flush sweeps expired entries under
+the same lease, for a bounded time, until the day's pass is complete.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from streams.core.model import Canonical, Link
+import redis
+
+from streams.core.model import DAY_S, Canonical, Link, clamped
 from streams.core.ports import Reads
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import RedisStateStore
@@ -37,6 +47,8 @@ from streams.stores.writes import (
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _PROVISIONAL_SEQ = 1 << 62
 """First-seen order of canonicals made in this batch: after every stored one, in order."""
 
@@ -44,8 +56,14 @@ _PROVISIONAL_SEQ = 1 << 62
 class BatchedState:
     """Reads from a warmed snapshot, writes buffered until `flush`."""
 
-    def __init__(self, backend: RedisStateStore) -> None:
+    def __init__(self, backend: RedisStateStore, sweep_limit: int = 10_000, sweep_s: float = 0.25) -> None:
+        """`sweep_limit` entries and `sweep_s` seconds bound the sweep after a flush, well inside the lease
+        (`worker.lock_ttl_s`, renewed every third of it)."""
         self._backend = backend
+        self._sweep_limit = sweep_limit
+        self._sweep_s = sweep_s
+        self._swept_day = -1
+        """The last day whose sweep pass this agent saw complete."""
         self.reset()
 
     def reset(self) -> None:
@@ -60,6 +78,9 @@ class BatchedState:
         self._removed: set[str] = set()
         """Canonicals a relink took out of the band sets in this batch."""
         self._writes: list[Write] = []
+        self._stored_clock: int | None = None
+        self._newest = 0
+        """The newest stamp written in this batch: `apply` moves the clock there."""
 
     def warm(self, reads: Reads) -> None:
         """Load a fresh snapshot of what the batch reads: verdicts, exact keys, band candidates,
@@ -93,9 +114,47 @@ class BatchedState:
                 link = self._verdicts.get(doc_id)
                 if link is not None:
                     standing[doc_id] = replace(link, seq=seq)
+            self._sweep(lease, applied.clock)
             return {doc_id: link for doc_id, link in standing.items() if link is not None}
         finally:
             self.reset()
+
+    def _sweep(self, lease: Lease, clock: int) -> None:
+        """After a batch that moved the clock into a new day: expired entries removed under `lease`, for
+        at most `sweep_s` (the batch is written whatever happens here; a later flush goes on)."""
+        day = clock // DAY_S
+        if day <= self._swept_day:
+            return
+        try:
+            swept = self._backend.sweep(self._sweep_limit, lease, time.monotonic() + self._sweep_s)
+        except redis.RedisError as exc:
+            log.warning("sweep of expired entries stopped: %s", exc)
+            return
+        if swept.done:
+            self._swept_day = day
+
+    # Retention
+
+    def clock(self) -> int:
+        """The clock this batch decides at: the stored one, or the newest stamp written since."""
+        if self._stored_clock is None:
+            self._stored_clock = self._backend.clock()
+        return max(self._stored_clock, self._newest)
+
+    def advance(self, published_at: int) -> int:
+        self._stored_clock = self._backend.advance(published_at)
+        return self.clock()
+
+    def expire(self, limit: int = 10_000) -> int:
+        return self._backend.expire(limit)
+
+    def _stamped(self, published_at: int | None) -> None:
+        if published_at is not None:
+            self._newest = max(self._newest, clamped(published_at, time.time()))
+
+    def _hidden(self, keep_s: int, published_at: int) -> bool:
+        """Whether the store will hide an entry stamped `published_at` once this batch is written."""
+        return self._backend.stale(keep_s, published_at, self.clock())
 
     # StateStore
 
@@ -105,6 +164,9 @@ class BatchedState:
         return self._verdicts[doc_id]
 
     def record_verdict(self, link: Link) -> Link:
+        """Seen by the rest of the batch even when past its retention already: it is the verdict the
+        flush returns for the document."""
+        self._stamped(link.published_at)
         self._verdicts[link.doc_id] = link
         self._writes.append(VerdictWrite(link))
         return link
@@ -116,13 +178,14 @@ class BatchedState:
             self._exact.update({key: found.get(key) for key in missing})
         return {key: holder for key in keys if (holder := self._exact[key]) is not None}
 
-    def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
+    def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
+        self._stamped(published_at)
         held = self.exact_lookup(keys)
-        for key in keys:
-            if key not in held:
-                self._exact[key] = held[key] = canonical_id
-        self._writes.append(ClaimWrite(tuple(keys), canonical_id))
-        return {key: held[key] for key in keys}
+        claimed = {key: held.get(key, canonical_id) for key in keys}
+        if not self._hidden(self._backend.keep.exact, published_at):
+            self._exact.update({key: canonical_id for key in keys if key not in held})
+        self._writes.append(ClaimWrite(tuple(keys), canonical_id, published_at))
+        return claimed
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
         if self.exact_lookup([key]).get(key) != expected:
@@ -141,27 +204,33 @@ class BatchedState:
             for canonical in self._new.get((language, index, value), ())
         }
         stored = [c for c in self._bands[query] if c.doc_id not in self._removed]
-        return stored + sorted(made_here.values(), key=lambda canonical: canonical.seq)
+        keep = self._backend.keep.bands
+        live = [c for c in made_here.values() if not self._hidden(keep, c.published_at)]
+        return stored + sorted(live, key=lambda canonical: canonical.seq)
 
-    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
+    def add_canonical(
+        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+    ) -> None:
         if canonical_id in self._made:
             return  # registering again changes nothing, as in Redis
-        canonical = Canonical(canonical_id, simhash, language, _PROVISIONAL_SEQ + len(self._made))
+        self._stamped(published_at)
+        canonical = Canonical(canonical_id, simhash, language, _PROVISIONAL_SEQ + len(self._made), published_at)
         self._made.add(canonical_id)
         for index, value in enumerate(bands):
             self._new.setdefault((language, index, value), []).append(canonical)
-        self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands)))
+        self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at))
 
-    def grow_group(self, canonical_id: str) -> int:
+    def grow_group(self, canonical_id: str, published_at: int) -> int:
+        self._stamped(published_at)
         size = self.group_size(canonical_id) + 1
         self._groups[canonical_id] = size
-        self._writes.append(GrowWrite(canonical_id, 1))
+        self._writes.append(GrowWrite(canonical_id, 1, published_at))
         return size
 
     def shrink_group(self, canonical_id: str) -> int:
         size = max(1, self.group_size(canonical_id) - 1)
         self._groups[canonical_id] = size
-        self._writes.append(GrowWrite(canonical_id, -1))
+        self._writes.append(GrowWrite(canonical_id, -1, 0))  # a shrink keeps the group's stamp
         return size
 
     def replace_verdict(self, link: Link, expected: Link) -> bool:
@@ -170,6 +239,7 @@ class BatchedState:
         if current != expected:
             return False
         assert current is not None
+        self._stamped(link.published_at)
         self._verdicts[link.doc_id] = link
         self._writes.append(ReplaceVerdictWrite(link, current))
         return True
