@@ -126,7 +126,7 @@ def _replay_kafka(quiet: bool) -> None:
 
     settings = Settings()
     client = redis_client(settings)
-    state = RedisStateStore(client, settings.redis_prefix)
+    state = RedisStateStore(client, settings.redis_prefix, retention=settings.retention)
     vectors = vector_store(settings) if settings.qdrant_url or Stage.SEMANTIC in settings.stages else None
     try:
         with progress_bar(quiet, records=True) as progress:

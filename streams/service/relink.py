@@ -78,7 +78,7 @@ def relink_service(
         raise ValueError("give decisions (labels) or a cut-off, one of them")
     labels = list(decisions) if decisions is not None else None
     client = redis_client(settings)
-    state = RedisStateStore(client, settings.redis_prefix)
+    state = RedisStateStore(client, settings.redis_prefix, retention=settings.retention)
     vectors: VectorStore | None = None
     try:
         for attempt in range(1, ATTEMPTS + 1):
