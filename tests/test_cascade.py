@@ -123,8 +123,8 @@ def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer, new_state: 
     words = " ".join(f"w{i}" for i in range(200))
     simhash = make(featurizer, "https://x.example.com/", "t", words).simhash
     # Two canonicals with one fingerprint (as two workers could leave them): the older one wins.
-    store.add_canonical("older", simhash, "en", bands(simhash))
-    store.add_canonical("newer", simhash, "en", bands(simhash))
+    store.add_canonical("older", simhash, "en", bands(simhash), 0)
+    store.add_canonical("newer", simhash, "en", bands(simhash), 0)
     link = cascade.decide(make(featurizer, "https://third.example.com/", "t", words + " more", "third")).link
     assert (link.stage, link.canonical_id) == (Stage.SIMHASH, "older")
 

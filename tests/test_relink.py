@@ -73,9 +73,9 @@ def test_an_unlinked_verdict_survives_the_store_encoding(new_state: Callable[[],
 
 def test_a_removed_canonical_leaves_no_band_entry(new_state: Callable[[], StateStore]) -> None:
     store = new_state()
-    store.add_canonical("a", 1, "en", (1, 2, 3, 4))
-    store.add_canonical("b", 2, "en", (1, 2, 3, 5))
-    store.add_canonical("c", 3, "en", (9, 9, 9, 9))
+    store.add_canonical("a", 1, "en", (1, 2, 3, 4), 0)
+    store.add_canonical("b", 2, "en", (1, 2, 3, 5), 0)
+    store.add_canonical("c", 3, "en", (9, 9, 9, 9), 0)
     _commit(store)
     store.remove_canonical("a", "en", (1, 2, 3, 4))
     assert [c.doc_id for c in store.band_candidates("en", (1, 2, 3, 4))] == ["b"]
@@ -85,7 +85,7 @@ def test_a_removed_canonical_leaves_no_band_entry(new_state: Callable[[], StateS
     assert store.band_candidates("en", (1, 2, 3, 5)) == []
     _commit(store)
     assert store.band_candidates("en", (1, 2, 3, 5)) == []
-    store.add_canonical("a", 1, "en", (1, 2, 3, 4))  # registered again: after every earlier one
+    store.add_canonical("a", 1, "en", (1, 2, 3, 4), 0)  # registered again: after every earlier one
     found = store.band_candidates("en", (1, 2, 3, 4))
     assert [c.doc_id for c in found] == ["a"]
     assert found[0].seq > next(iter(store.band_candidates("en", (9, 9, 9, 9)))).seq
@@ -95,12 +95,12 @@ def test_a_canonical_removed_and_added_again_before_a_commit_is_there_once(tmp_p
     from streams.stores.sqlite import SqliteStateStore
 
     store = SqliteStateStore(tmp_path / "s.sqlite3")
-    store.add_canonical("a", 1, "en", (1, 2, 3, 4))
+    store.add_canonical("a", 1, "en", (1, 2, 3, 4), 0)
     store.commit()
     store.remove_canonical("a", "en", (1, 2, 3, 4))
-    store.add_canonical("a", 1, "en", (1, 2, 3, 4))
+    store.add_canonical("a", 1, "en", (1, 2, 3, 4), 0)
     store.remove_canonical("a", "en", (1, 2, 3, 4))
-    store.add_canonical("a", 1, "en", (1, 2, 3, 4))
+    store.add_canonical("a", 1, "en", (1, 2, 3, 4), 0)
     assert [c.doc_id for c in store.band_candidates("en", (1, 0, 0, 0))] == ["a"]
     store.close()
     store = SqliteStateStore(tmp_path / "s.sqlite3")
@@ -110,8 +110,8 @@ def test_a_canonical_removed_and_added_again_before_a_commit_is_there_once(tmp_p
 
 def test_a_group_shrinks_back_to_its_canonical_alone(new_state: Callable[[], StateStore]) -> None:
     store = new_state()
-    assert store.grow_group("b") == 2
-    assert store.grow_group("b") == 3
+    assert store.grow_group("b", 0) == 2
+    assert store.grow_group("b", 0) == 3
     assert store.shrink_group("b") == 2
     assert store.shrink_group("b") == 1
     assert store.group_size("b") == 1
@@ -806,7 +806,7 @@ def test_a_batch_resolved_before_a_link_back_is_decided_again(redis_url: str) ->
     backend = RedisStateStore.from_url(redis_url, prefix=prefix)
     backend.record_verdict(Link.unique("B"))
     backend.record_verdict(Link("A", Verdict.UNLINKED, "A"))
-    backend.exact_claim([URL_KEY + "a" * 64], "A")
+    backend.exact_claim([URL_KEY + "a" * 64], "A", 0)
     settings = Settings(stages=["url", "content", "simhash"])
     batched = BatchedState(backend)
     cascade = Cascade(settings, batched)

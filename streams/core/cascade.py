@@ -12,6 +12,26 @@ keeps its exact keys, so its exact copies share its verdict.
 The cascade knows its stores only through the ports, and takes vectors from
 its caller, so the same code runs on a file with embedded stores and on Kafka
 with Redis and Qdrant, and the caller decides how to batch the embedder.
+
+Retention (`RetentionSettings`): every entry ages in the stream's time (the
+state's clock) and is invisible once past its family's retention, so a document
+whose canonical has expired finds nothing and becomes a canonical itself. The
+families expire at different ages, and a verdict usually goes first (7 days
+against a year for exact keys), so no missing verdict is read as "not a
+canonical" in a way that deletes data or makes a chain:
+
+- A key holder without a verdict is a canonical (keys point at canonicals, or at
+  documents under review); the keys a document under review holds for itself
+  expire with its verdict (`key_stamp`), so a later copy is decided afresh, never
+  linked to a document that may be under review.
+- A vector without a verdict is an orphan (removed) only while its verdict could
+  still be there; past `verdicts_days` it is a canonical's, as every vector is.
+- A document older than `verdicts_days` in stream time may be a redelivery whose
+  verdict expired. If it has members (its group, stamped with its latest member,
+  lives `exact_days`) it was a canonical and stays one: linked to another, its
+  members' links would be chains. Its own exact keys lead it back to itself too.
+- A vector neighbour older than `vectors_hours` is never searched for (the
+  window starts at the horizon), even before the sweep removes it.
 """
 
 from __future__ import annotations
@@ -22,7 +42,7 @@ from time import perf_counter
 
 import numpy as np
 
-from streams.config import ModelThresholds, Settings
+from streams.config import ModelThresholds, RetentionSettings, Settings
 from streams.core.model import (
     Canonical,
     Document,
@@ -32,6 +52,8 @@ from streams.core.model import (
     Stage,
     Verdict,
     content_key,
+    expired,
+    keep_seconds,
     version_id,
 )
 from streams.core.ports import Reads, StateStore, VectorStore
@@ -40,6 +62,7 @@ from streams.features.simhash import bands, hamming
 
 URL_KEY = "u:"
 CONTENT_KEY = "c:"
+KEPT = "registered again, never linked"
 
 
 def nearest_canonical(simhash: int, candidates: list[Canonical], max_distance: int) -> tuple[Canonical, int] | None:
@@ -74,6 +97,20 @@ def semantic_match(
         ):
             best = (neighbour, verdict)
     return best
+
+
+def key_stamp(verdict: Verdict, published_at: int, retention: RetentionSettings | None) -> int:
+    """The stamp of the exact keys a document claims for itself or its canonical, with its verdict.
+
+    A document under review holds its own keys; once its verdict has expired nobody can tell its copies
+    that it was under review, so its keys expire with its verdict (stamped earlier by the difference of
+    the two retentions): a later copy is decided afresh, never a duplicate of a document under review.
+    Where exact keys are kept forever (`exact_days` 0), they stay.
+    """
+    if retention is None or verdict is not Verdict.REVIEW:
+        return published_at
+    exact, verdicts = keep_seconds(retention.exact_days), keep_seconds(retention.verdicts_days)
+    return published_at - (exact - verdicts) if exact > verdicts > 0 else published_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +153,9 @@ class Cascade:
             self._thresholds = settings.semantic.thresholds_for(model.name)
             self._window_s = int(settings.semantic.window_hours * 3600)
         self._fact_check = settings.semantic.fact_check
+        retention = settings.retention
+        self._vectors_s = int(retention.vectors_hours * 3600)
+        self._verdicts_s = keep_seconds(retention.verdicts_days)
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""
 
@@ -173,9 +213,10 @@ class Cascade:
         if prior is not None:
             return Decision(prior, repeated=True, version=_version(doc))
         link = self._cheap(doc, timed=True, through=through)
-        if link is None or link.canonical_id == doc.doc_id:
+        if link is None or link.canonical_id == doc.doc_id or self._was_canonical(doc):
             # Not found; or an exact key that names this very document: a redelivered copy of it
-            # is being registered by the last stage right now, which will give its verdict.
+            # is being registered by the last stage right now, which will give its verdict; or a
+            # canonical whose verdict expired, which the last stage registers again.
             return None
         group_size = self._attach(doc, link)
         return self._recorded(doc, link, group_size)
@@ -195,10 +236,13 @@ class Cascade:
             started = perf_counter()
             link, candidates = self._semantic(doc, vector)
             self.seconds[Stage.SEMANTIC] += perf_counter() - started
-        if link is None or link.canonical_id == doc.doc_id:
-            apart = link.reason if link is not None else None  # the fact check kept it apart
-            link, group_size = self._register(doc, vector)
-            if apart is not None and link.verdict is Verdict.UNIQUE:
+        kept = link is not None and link.canonical_id != doc.doc_id and self._was_canonical(doc)
+        if link is None or link.canonical_id == doc.doc_id or kept:
+            apart = link.reason if link is not None and not kept else None  # the fact check kept it apart
+            link, group_size = self._register(doc, vector, kept)
+            if kept:
+                link = replace(link, reason=f"a canonical with members, decided before (its verdict expired): {KEPT}")
+            elif apart is not None and link.verdict is Verdict.UNIQUE:
                 link = replace(link, reason=apart)
         else:
             group_size = self._attach(doc, link)
@@ -210,7 +254,7 @@ class Cascade:
     def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
         """Record the verdict with the content it was given to; if another worker recorded one for
         this document first, that one stands."""
-        link = with_content(link, content_key(doc.content_hash))
+        link = with_content(link, content_key(doc.content_hash), doc.published_at)
         stood = self._state.record_verdict(link)
         if stood is not link and stood != link:  # (the identity test first: it is the usual case, and cheap)
             return Decision(stood, repeated=True, version=_version(doc))
@@ -248,7 +292,9 @@ class Cascade:
         """Link to the holder of an exact key: a canonical, or a document under review.
 
         A document under review holds its own keys until a person decides; its exact
-        copies share its verdict: review, against the same suspected canonical.
+        copies share its verdict: review, against the same suspected canonical. A holder
+        without a verdict is a canonical (its verdict expired before its keys; a document
+        under review has its keys expire with its verdict: `key_stamp`).
         """
         if holder != doc.doc_id:
             held = self._state.verdict_of(holder)
@@ -277,15 +323,14 @@ class Cascade:
         """
         assert self._vectors is not None and self._model is not None
         floor = min(self._settings.semantic.candidate_floor, self._thresholds.review, self._thresholds.cross_review)
+        clock = self._state.clock()
+        window = self._window(doc.published_at, clock)
         while True:
             same, cross = (
-                self._vectors.nearest(
-                    self._model, vector, doc.published_at, self._window_s, doc.language, same_language
-                )
-                for same_language in (True, False)
+                self._nearest(vector, doc.language, same_language, window, clock) for same_language in (True, False)
             )
             found = [n for n in (same, cross) if n is not None and n.score >= floor]
-            orphans = [n for n in found if not self._is_canonical(n.doc_id)]
+            orphans = [n for n in found if not self._is_canonical(n, clock)]
             if not orphans:
                 break
             for orphan in orphans:
@@ -321,9 +366,49 @@ class Cascade:
         same_language = neighbour.language == doc.language
         return disagreement(text_facts(doc.text), Facts.from_json(neighbour.facts), same_language=same_language)
 
-    def _is_canonical(self, doc_id: str) -> bool:
-        held = self._state.verdict_of(doc_id)
-        return held is not None and held.verdict.canonical
+    def _window(self, published_at: int, clock: int) -> tuple[int, int] | None:
+        """The search window (centre, half-width) around `published_at`, starting no earlier than the
+        vectors' horizon: an expired vector is never searched for, even before the sweep removes it.
+        None when the whole window has expired.
+
+        The stores search a window symmetric about a centre, so a window cut at the horizon is moved
+        to the middle of what is left (its low end may fall a second early: `_nearest` drops that)."""
+        low, high = published_at - self._window_s, published_at + self._window_s
+        if self._vectors_s:
+            low = max(low, clock - self._vectors_s)
+        if low > high:
+            return None
+        centre = (low + high) // 2
+        return centre, high - centre
+
+    def _nearest(
+        self, vector: np.ndarray, language: str, same_language: bool, window: tuple[int, int] | None, clock: int
+    ) -> Neighbour | None:
+        """The store's nearest canonical in the window, unless its vector has expired at stream time `clock`."""
+        assert self._vectors is not None and self._model is not None
+        if window is None:
+            return None
+        found = self._vectors.nearest(self._model, vector, window[0], window[1], language, same_language)
+        if found is None or expired(found.published_at, clock, self._vectors_s):
+            return None
+        return found
+
+    def _is_canonical(self, neighbour: Neighbour, clock: int) -> bool:
+        """Whether a vector is a canonical's: its verdict says so, or its verdict has expired (vectors hold
+        canonicals only; one whose verdict could still be there and is not is an orphan)."""
+        held = self._state.verdict_of(neighbour.doc_id)
+        if held is None:
+            return expired(neighbour.published_at, clock, self._verdicts_s)
+        return held.verdict.canonical
+
+    def _was_canonical(self, doc: Document) -> bool:
+        """Whether a document about to be linked is a canonical whose verdict expired: older than
+        `verdicts_days` (it may be a redelivery) and with members of its own. Linked now, their links
+        would be chains; it is registered again instead. (A document younger than that has no verdict
+        because it was never decided: no read.)"""
+        if not expired(doc.published_at, self._state.clock(), self._verdicts_s):
+            return False
+        return self._state.group_size(doc.doc_id) > 1
 
     def _near_verdict(self, canonical_id: str) -> Verdict:
         """Near-duplicate links go to review once a group reaches its size cap: the percolation alarm."""
@@ -348,27 +433,31 @@ class Cascade:
         keys = [key for stage, key in self._exact_keys(doc).items() if stage is not link.stage]
         duplicate = link.verdict is Verdict.DUPLICATE
         if keys:
-            self._state.exact_claim(keys, link.canonical_id if duplicate else doc.doc_id)
-        return self._state.grow_group(link.canonical_id) if duplicate else None
+            stamp = key_stamp(link.verdict, doc.published_at, self._settings.retention)
+            self._state.exact_claim(keys, link.canonical_id if duplicate else doc.doc_id, stamp)
+        return self._state.grow_group(link.canonical_id, doc.published_at) if duplicate else None
 
-    def _register(self, doc: Document, vector: np.ndarray | None) -> tuple[Link, int | None]:
+    def _register(self, doc: Document, vector: np.ndarray | None, kept: bool = False) -> tuple[Link, int | None]:
         """Make `doc` a canonical: claim its exact keys, then its bands and its vector.
 
         Claims are set-if-absent, so when another worker claimed a key first the
         document becomes that canonical's duplicate, and any key it did claim is
         re-pointed to that canonical: one canonical per exact key, never a chain.
+        A canonical `kept` (`_was_canonical`) stays one: a key another canonical
+        claimed after its own expired stays with that one.
         """
         keys = self._exact_keys(doc)
-        holders = self._state.exact_claim(list(keys.values()), doc.doc_id) if keys else {}
+        holders = self._state.exact_claim(list(keys.values()), doc.doc_id, doc.published_at) if keys else {}
         for stage, key in keys.items():
             holder = holders[key]
-            if holder != doc.doc_id:
+            if holder != doc.doc_id and not kept:
                 for own, own_holder in holders.items():
                     if own_holder == doc.doc_id:
                         self._state.exact_replace(own, doc.doc_id, holder)
-                return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage), self._state.grow_group(holder)
+                link = Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
+                return link, self._state.grow_group(holder, doc.published_at)
         if Stage.SIMHASH in self._stages:
-            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands(doc.simhash))
+            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands(doc.simhash), doc.published_at)
         model = None
         if self.semantic and vector is not None:
             assert self._vectors is not None and self._model is not None
@@ -378,11 +467,20 @@ class Cascade:
         return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, model=model), None
 
 
-def with_content(link: Link, content: str) -> Link:
-    """`replace(link, content=content)` at a third of its cost (every decision makes one);
-    tests/test_batched_features.py holds it to `replace` for every field of Link."""
+def with_content(link: Link, content: str, published_at: int | None = None) -> Link:
+    """`replace(link, content=content)` (and `published_at`, when given) at a third of its cost (every
+    decision makes one); tests/test_batched_features.py holds it to `replace` for every field of Link."""
     return Link(
-        link.doc_id, link.verdict, link.canonical_id, link.stage, link.score, link.model, link.seq, content, link.reason
+        link.doc_id,
+        link.verdict,
+        link.canonical_id,
+        link.stage,
+        link.score,
+        link.model,
+        link.seq,
+        content,
+        link.reason,
+        link.published_at if published_at is None else published_at,
     )
 
 

@@ -87,6 +87,30 @@ def version_id(doc_id: str, content_hash: str) -> str:
     return f"{doc_id}#v{content_key(content_hash)}"
 
 
+DAY_S = 86_400
+"""Retention buckets are days of stream time."""
+
+
+def keep_seconds(days: float) -> int:
+    """A retention in days as whole seconds (0: kept forever)."""
+    return int(days * DAY_S)
+
+
+def expired(stamp: int, clock: int, keep_s: int) -> bool:
+    """Whether an entry stamped `stamp` is past its retention `keep_s` (0: forever) at stream time `clock`.
+
+    Age is stream time (the newest `published_at` seen), never the wall clock: a backfill of last
+    year's archive ages its entries as it would have live.
+    """
+    return keep_s > 0 and stamp < clock - keep_s
+
+
+def clamped(published_at: int, wall: float) -> int:
+    """`published_at` as the clock may take it: at most a day after the wall clock `wall` (Unix s), so
+    an article dated 2100 does not expire everything. The adapter passes the wall time; the core stays pure."""
+    return min(int(published_at), int(wall) + DAY_S)
+
+
 @dataclass(frozen=True, slots=True)
 class Canonical:
     """A canonical as the SimHash band index holds it. `seq` orders first-seen."""
@@ -95,6 +119,8 @@ class Canonical:
     simhash: int
     language: str
     seq: int
+    published_at: int = 0
+    """The canonical's `published_at`: the stamp its band entries age by (`RetentionSettings.bands_days`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +159,9 @@ class Link:
     """`content_key` of the text the verdict was given to: the same id with other content is a new version."""
     reason: str | None = field(default=None, compare=False)
     """Why the cascade decided otherwise than the score alone says, e.g. the facts that disagree."""
+    published_at: int | None = field(default=None, compare=False)
+    """The document's `published_at`: the stamp its verdict ages by (`RetentionSettings.verdicts_days`);
+    None (an old record) is stamped with the stream's clock when recorded."""
 
     @property
     def publishes(self) -> bool:

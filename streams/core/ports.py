@@ -16,13 +16,19 @@ from streams.core.model import Canonical, Link, ModelId, Neighbour
 
 
 class StateStore(Protocol):
-    """Exact-key index, SimHash band sets and the verdict of every document seen."""
+    """Exact-key index, SimHash band sets and the verdict of every document seen.
+
+    Every entry carries a stamp (a `published_at`, see `RetentionSettings`); the store keeps the
+    stream's clock (the newest `published_at` it was advanced to) and an entry older than its family's
+    retention is invisible to every read at once, and removed later by `expire`.
+    """
 
     def verdict_of(self, doc_id: str) -> Link | None:
         """The verdict already given to `doc_id`, so a redelivery gets the same one."""
 
     def record_verdict(self, link: Link) -> Link:
         """Record the document's verdict unless it has one already; returns the verdict that stands.
+        Stamped with `link.published_at` (the clock when None).
 
         A shared store must make this first-writer-wins: after a redelivery, two agents
         may decide one document at the same moment, and only one verdict may stand.
@@ -31,23 +37,29 @@ class StateStore(Protocol):
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         """The canonicals that exact keys (URL or content hashes) point to; absent keys are left out."""
 
-    def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
-        """Point each key at `canonical_id` unless it already points somewhere.
+    def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
+        """Point each key at `canonical_id` unless it already points somewhere (an expired key points nowhere).
 
-        Atomic set-if-absent per key; returns, for every key, the canonical it points to afterwards.
+        Atomic set-if-absent per key, a key claimed now stamped `published_at`; returns, for every key,
+        the canonical it points to afterwards.
         """
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
-        """Re-point `key` from `expected` to `canonical_id` (compare-and-set); False if it changed meanwhile."""
+        """Re-point `key` from `expected` to `canonical_id` (compare-and-set, its stamp kept); False if it
+        changed meanwhile."""
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         """Canonicals of `language` sharing at least one band value, at index i."""
 
-    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
-        """Register a canonical in the band sets, with a first-seen `seq` after every earlier one."""
+    def add_canonical(
+        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+    ) -> None:
+        """Register a canonical in the band sets, with a first-seen `seq` after every earlier one, stamped
+        with its `published_at`."""
 
-    def grow_group(self, canonical_id: str) -> int:
-        """Count one more member in the canonical's group; returns the new size."""
+    def grow_group(self, canonical_id: str, published_at: int) -> int:
+        """Count one more member in the canonical's group; returns the new size. The group is stamped with
+        its latest member's `published_at`; an expired group counts from 1 again."""
 
     def group_size(self, canonical_id: str) -> int: ...
 
@@ -63,6 +75,19 @@ class StateStore(Protocol):
 
     def shrink_group(self, canonical_id: str) -> int:
         """Count one member fewer in the canonical's group; returns the new size (at least 1)."""
+
+    # Retention (streams.config.RetentionSettings), in the stream's own time.
+
+    def clock(self) -> int:
+        """The stream's time: the newest `published_at` the state was advanced to (0 when none)."""
+
+    def advance(self, published_at: int) -> int:
+        """Move the clock to `published_at` if that is later (it never goes back); returns the clock.
+        The caller clamps `published_at` to the wall clock plus a day (`model.clamped`)."""
+
+    def expire(self, limit: int = 10_000) -> int:
+        """Physically remove up to `limit` entries older than their family's retention (already invisible);
+        returns how many it removed (0: nothing left to remove)."""
 
 
 class VectorStore(Protocol):
@@ -90,6 +115,10 @@ class VectorStore(Protocol):
 
     def remove(self, model: ModelId, doc_id: str) -> None:
         """Delete the vector of `doc_id`, if there is one."""
+
+    def expire(self, model: ModelId, before: int) -> int:
+        """Delete the model's vectors with `published_at < before` (a range on the indexed payload);
+        returns how many there were. The cascade ignores them before that (`RetentionSettings.vectors_hours`)."""
 
 
 class Embedder(Protocol):

@@ -62,6 +62,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from streams.config import RetentionSettings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Link, Stage, Verdict, content_key
 from streams.core.ports import StateStore, VectorStore
@@ -557,13 +558,14 @@ def _pair_name(same_language: bool) -> str:
 def recorded(change: Change) -> Recorded:
     """The change as replay reads its link record back."""
     record = change.record
+    published_at = _published(record["published_at"])
     return Recorded(
-        link=change.link,
+        link=replace(change.link, published_at=published_at),
         url_hash=record["url_hash"],
         content_hash=record["content_hash"],
         simhash=int(record["simhash"], 16),
         language=record["language"],
-        published_at=_published(record["published_at"]),
+        published_at=published_at,
         vector=np.asarray(change.vector, dtype=np.float32) if change.vector is not None else None,
         keys=tuple(stage for stage, _ in change.keys),
         facts=change.facts,
@@ -591,8 +593,15 @@ def check(changes: Sequence[Change], state: StateStore) -> list[Change]:
         current = verdicts[doc_id] if doc_id in verdicts else state.verdict_of(doc_id)
         if current == change.link:
             continue
+        if current is None:
+            # Never committed, or expired (older than retention.verdicts_days in stream time): the state
+            # cannot say what the change would undo, so it is not made (nothing deleted, no chain).
+            raise Stale(
+                f"{doc_id} has no verdict in the state (expired after retention.verdicts_days, or not committed):"
+                " it cannot be relinked there"
+            )
         if current != change.previous:
-            now = "none" if current is None else f"{current.verdict} of {current.canonical_id}"
+            now = f"{current.verdict} of {current.canonical_id}"
             raise Stale(f"{doc_id} has another verdict ({now}) than the relink was planned on: plan it again")
         for stage, expected in change.keys:
             key = _key(change.record, stage)
@@ -608,16 +617,21 @@ def check(changes: Sequence[Change], state: StateStore) -> list[Change]:
 
 
 def apply(
-    changes: Sequence[Change], state: StateStore, vectors: VectorStore | None = None, *, checked: bool = False
+    changes: Sequence[Change],
+    state: StateStore,
+    vectors: VectorStore | None = None,
+    *,
+    checked: bool = False,
+    retention: RetentionSettings | None = None,
 ) -> list[Change]:
     """Make the changes in the state (and the vectors) as replay makes them; returns those made now.
 
     Every change is checked (`check`) before any is made, so a stale plan writes nothing;
-    `checked` says the caller has just done so.
+    `checked` says the caller has just done so. `retention` stamps as `restore` does.
     """
     todo = list(changes) if checked else check(changes, state)
     for change in todo:
-        restore(recorded(change), state, vectors)
+        restore(recorded(change), state, vectors, retention)
     return todo
 
 

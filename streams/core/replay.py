@@ -16,15 +16,19 @@ relink applies its changes through this very function, so a replay cannot
 rebuild anything else than what the relink made. A cascade record for a document
 that already has another verdict changes nothing: the first verdict stands, as
 it does live.
+
+Every entry is stamped with the record's `published_at`, as the cascade stamps
+it live, so a replayed state ages as the live one did (`RetentionSettings`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from streams.core.cascade import CONTENT_KEY, URL_KEY
+from streams.config import RetentionSettings
+from streams.core.cascade import CONTENT_KEY, URL_KEY, key_stamp
 from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore, VectorStore
 from streams.features.simhash import bands
@@ -56,9 +60,21 @@ class ReplayStats:
     """Where and why each link that could not be read was skipped (never fatal)."""
 
 
-def restore(recorded: Recorded, state: StateStore, vectors: VectorStore | None = None) -> bool:
-    """Put back what deciding (or relinking) this document put in the state; False when it is there already."""
-    link = recorded.link
+def restore(
+    recorded: Recorded,
+    state: StateStore,
+    vectors: VectorStore | None = None,
+    retention: RetentionSettings | None = None,
+) -> bool:
+    """Put back what deciding (or relinking) this document put in the state; False when it is there already.
+
+    `retention` stamps the keys of a document under review as the cascade does (`key_stamp`); without it
+    they age as any exact key.
+    """
+    published_at = recorded.published_at
+    link = (
+        recorded.link if recorded.link.published_at is not None else replace(recorded.link, published_at=published_at)
+    )
     old = state.verdict_of(link.doc_id)
     if old == link or (old is not None and recorded.keys is None):
         return False
@@ -69,21 +85,21 @@ def restore(recorded: Recorded, state: StateStore, vectors: VectorStore | None =
     if old is None:
         claimed = [key for stage, key in keys.items() if stage not in named]
         if claimed:
-            state.exact_claim(claimed, holder)
+            state.exact_claim(claimed, holder, key_stamp(link.verdict, published_at, retention))
     else:
         _leave(old, recorded, state, vectors)
     for stage in named:
-        _point(state, keys[stage], holder)
+        _point(state, keys[stage], holder, key_stamp(link.verdict, published_at, retention))
     if link.verdict.canonical:
         if old is None or not old.verdict.canonical:
-            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash))
+            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash), published_at)
             if vectors is not None and recorded.vector is not None and link.model:
-                model = _model(link.model, len(recorded.vector))
+                model = model_named(link.model, len(recorded.vector))
                 vectors.add(
                     model, link.doc_id, recorded.vector, recorded.published_at, recorded.language, recorded.facts
                 )
     elif link.verdict is Verdict.DUPLICATE:
-        state.grow_group(link.canonical_id)
+        state.grow_group(link.canonical_id, published_at)
     if old is None:
         state.record_verdict(link)
     elif not state.replace_verdict(link, old):
@@ -98,18 +114,18 @@ def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStor
     elif old.verdict.canonical and not recorded.link.verdict.canonical:
         state.remove_canonical(old.doc_id, recorded.language, bands(recorded.simhash))
         if vectors is not None and old.model:
-            vectors.remove(_model(old.model), old.doc_id)
+            vectors.remove(model_named(old.model), old.doc_id)
 
 
-def _point(state: StateStore, key: str, holder: str) -> None:
+def _point(state: StateStore, key: str, holder: str, published_at: int) -> None:
     current = state.exact_lookup([key]).get(key)
     if current is None:
-        state.exact_claim([key], holder)
+        state.exact_claim([key], holder, published_at)
     elif current != holder:
         state.exact_replace(key, current, holder)
 
 
-def _model(name: str, dim: int = 0) -> ModelId:
+def model_named(name: str, dim: int = 0) -> ModelId:
     """The model a link names (`name@version`); removing a vector needs no dimension."""
     model, _, version = name.partition("@")
     return ModelId(model, version, dim)

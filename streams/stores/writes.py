@@ -11,6 +11,7 @@ from streams.core.model import Link
 class ClaimWrite:
     keys: tuple[str, ...]
     canonical_id: str
+    published_at: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +27,15 @@ class CanonicalWrite:
     simhash: int
     language: str
     bands: tuple[int, ...]
+    published_at: int
 
 
 @dataclass(frozen=True, slots=True)
 class GrowWrite:
     canonical_id: str
     count: int
+    published_at: int
+    """The stamp of the group (its latest member's `published_at`); a shrink keeps the group's stamp."""
 
 
 @dataclass(frozen=True, slots=True)
