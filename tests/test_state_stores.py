@@ -32,8 +32,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore
 
 def test_exact_claim_is_set_if_absent_and_replace_is_compare_and_set(store: StateStore) -> None:
     assert store.exact_lookup(["u:1"]) == {}
-    assert store.exact_claim(["u:1"], "a") == {"u:1": "a"}
-    assert store.exact_claim(["u:1", "c:1"], "b") == {"u:1": "a", "c:1": "b"}
+    assert store.exact_claim(["u:1"], "a", 0) == {"u:1": "a"}
+    assert store.exact_claim(["u:1", "c:1"], "b", 0) == {"u:1": "a", "c:1": "b"}
     assert not store.exact_replace("u:1", "b", "c")
     assert store.exact_replace("u:1", "a", "c")
     assert store.exact_lookup(["u:1", "c:1", "u:2"]) == {"u:1": "c", "c:1": "b"}
@@ -41,15 +41,15 @@ def test_exact_claim_is_set_if_absent_and_replace_is_compare_and_set(store: Stat
 
 def test_band_lookup_finds_canonicals_sharing_any_band_in_the_same_language(store: StateStore) -> None:
     high = 2**64 - 1  # fingerprints above 2**63 survive signed integers and text alike
-    store.add_canonical("a", high, "en", (1, 2, 3, 4))
-    store.add_canonical("b", 5, "en", (9, 9, 9, 4))
-    store.add_canonical("c", 6, "bn", (1, 2, 3, 4))
+    store.add_canonical("a", high, "en", (1, 2, 3, 4), 0)
+    store.add_canonical("b", 5, "en", (9, 9, 9, 4), 0)
+    store.add_canonical("c", 6, "bn", (1, 2, 3, 4), 0)
     found = store.band_candidates("en", (0, 0, 3, 0))
     assert [(c.doc_id, c.simhash, c.language) for c in found] == [("a", high, "en")]
     both = {c.doc_id: c.seq for c in store.band_candidates("en", (0, 0, 0, 4))}
     assert both.keys() == {"a", "b"} and both["a"] < both["b"]
     assert store.band_candidates("en", (7, 7, 7, 7)) == []
-    store.add_canonical("a", high, "en", (1, 2, 3, 4))  # registering again changes nothing
+    store.add_canonical("a", high, "en", (1, 2, 3, 4), 0)  # registering again changes nothing
     assert [c.seq for c in store.band_candidates("en", (1, 0, 0, 0))] == [both["a"]]
 
 
@@ -65,18 +65,18 @@ def test_verdicts_and_groups(store: StateStore) -> None:
         store.record_verdict(link)
     assert [store.verdict_of(link.doc_id) for link in links] == links
     assert store.group_size("a") == 1
-    assert store.grow_group("a") == 2
-    assert store.grow_group("a") == 3
+    assert store.grow_group("a", 0) == 2
+    assert store.grow_group("a", 0) == 3
     assert store.group_size("a") == 3
 
 
 def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStateStore(path)
-    store.exact_claim(["c:x"], "a")
-    store.add_canonical("a", 42, "en", (42, 0, 0, 0))
+    store.exact_claim(["c:x"], "a", 0)
+    store.add_canonical("a", 42, "en", (42, 0, 0, 0), 0)
     store.record_verdict(Link("b", Verdict.DUPLICATE, "a", Stage.SIMHASH, 2))
-    assert store.grow_group("a") == 2
+    assert store.grow_group("a", 0) == 2
     store.close()  # commits
     again = SqliteStateStore(path)
     assert again.exact_lookup(["c:x"]) == {"c:x": "a"}
@@ -88,9 +88,9 @@ def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
 def test_sqlite_writes_are_durable_at_commit_and_visible_to_the_writer_before(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     store = SqliteStateStore(path)
-    store.exact_claim(["u:kept"], "a")
+    store.exact_claim(["u:kept"], "a", 0)
     store.commit()
-    store.exact_claim(["u:lost"], "b")
+    store.exact_claim(["u:lost"], "b", 0)
     assert store.exact_lookup(["u:kept", "u:lost"]) == {"u:kept": "a", "u:lost": "b"}
     reader = SqliteStateStore(path)
     assert reader.exact_lookup(["u:kept", "u:lost"]) == {"u:kept": "a"}
@@ -99,8 +99,8 @@ def test_sqlite_writes_are_durable_at_commit_and_visible_to_the_writer_before(tm
 def test_redis_claims_are_atomic_across_clients(redis_url: str) -> None:
     prefix = f"t{uuid.uuid4().hex}:"
     first, second = RedisStateStore.from_url(redis_url, prefix), RedisStateStore.from_url(redis_url, prefix)
-    assert first.exact_claim(["u:k", "c:k"], "one") == {"u:k": "one", "c:k": "one"}
-    assert second.exact_claim(["c:k", "u:other"], "two") == {"c:k": "one", "u:other": "two"}
+    assert first.exact_claim(["u:k", "c:k"], "one", 0) == {"u:k": "one", "c:k": "one"}
+    assert second.exact_claim(["c:k", "u:other"], "two", 0) == {"c:k": "one", "u:other": "two"}
     assert second.exact_lookup(["u:k"]) == {"u:k": "one"}
 
 
@@ -108,8 +108,8 @@ def test_a_batch_is_written_in_one_flush_and_the_first_verdict_stands(redis_url:
     shared = RedisStateStore.from_url(redis_url, prefix=f"t{uuid.uuid4().hex}:")
     batch = BatchedState(shared)
     batch.warm(Reads(doc_ids=["a", "b"], exact_keys=["u:1"], band_queries=[("en", (1, 2, 3, 4))]))
-    batch.exact_claim(["u:1"], "a")
-    batch.add_canonical("a", 0x0004_0003_0002_0001, "en", (1, 2, 3, 4))
+    batch.exact_claim(["u:1"], "a", 0)
+    batch.add_canonical("a", 0x0004_0003_0002_0001, "en", (1, 2, 3, 4), 0)
     batch.record_verdict(Link.unique("a"))
     batch.record_verdict(Link("b", Verdict.DUPLICATE, "a", Stage.URL))
     assert [c.doc_id for c in batch.band_candidates("en", (9, 2, 9, 9))] == ["a"]

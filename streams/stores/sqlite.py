@@ -9,6 +9,15 @@ Writes are buffered in memory until `commit` and then written with one
 statement per write would cost more than all the hashing. Reads see the
 buffer first, so the store behaves as if every write went straight to disk.
 One process writes a state folder at a time (the runner holds a lock on it).
+
+Retention (`RetentionSettings`): every row carries a `stamp` (a `published_at`,
+Unix s) and the stream's clock is kept in `meta`. A row older than its family's
+retention is skipped by every read at once; `expire` deletes such rows later,
+oldest first, through an index on `stamp` (a day bucket is a range of it).
+A state folder of the version before retention gets a `stamp` column of NULLs:
+its rows count as "stamped at migration", i.e. with the first clock the state
+is advanced to (written at the next `commit`), so an old state keeps all its
+data for a full retention from then on.
 """
 
 from __future__ import annotations
@@ -17,28 +26,35 @@ import hashlib
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from streams.core.model import Canonical, Link, Stage, Verdict
+from streams.config import RetentionSettings
+from streams.core.model import Canonical, Link, Stage, Verdict, expired, keep_seconds
 from streams.core.ports import Reads
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
     doc_id TEXT PRIMARY KEY, verdict TEXT NOT NULL, canonical_id TEXT NOT NULL,
-    stage TEXT, score REAL, model TEXT, content TEXT
+    stage TEXT, score REAL, model TEXT, content TEXT, stamp INTEGER
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS exact_keys (key BLOB PRIMARY KEY, canonical_id TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS exact_keys (key BLOB PRIMARY KEY, canonical_id TEXT NOT NULL, stamp INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS canonicals (
     seq INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, simhash INTEGER NOT NULL,
-    language TEXT NOT NULL, b0 INTEGER NOT NULL, b1 INTEGER NOT NULL, b2 INTEGER NOT NULL, b3 INTEGER NOT NULL
+    language TEXT NOT NULL, b0 INTEGER NOT NULL, b1 INTEGER NOT NULL, b2 INTEGER NOT NULL, b3 INTEGER NOT NULL,
+    stamp INTEGER
 );
 CREATE INDEX IF NOT EXISTS canonicals_b0 ON canonicals (b0);
 CREATE INDEX IF NOT EXISTS canonicals_b1 ON canonicals (b1);
 CREATE INDEX IF NOT EXISTS canonicals_b2 ON canonicals (b2);
 CREATE INDEX IF NOT EXISTS canonicals_b3 ON canonicals (b3);
-CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL, stamp INTEGER) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 """
+_FAMILIES = {"verdicts": "doc_id", "exact_keys": "key", "canonicals": "seq", "groups": "canonical_id"}
+"""Each table of a key family, with the column that names a row (for deleting by stamp)."""
+_STAMP_INDEXES = "".join(f"CREATE INDEX IF NOT EXISTS {t}_stamp ON {t} (stamp);" for t in _FAMILIES)
 _SIGN = 1 << 63
 _IN_LIMIT = 512
 """Values bound in one `IN (...)` (SQLite allows 32,766 since 3.32; older builds 999)."""
@@ -62,7 +78,14 @@ def _packed(key: str) -> bytes:
 class SqliteStateStore:
     """`StateStore` on a SQLite file (or ":memory:"), durable at each `commit`."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, retention: RetentionSettings | None = None) -> None:
+        retention = retention or RetentionSettings()
+        self._keep = {
+            "verdicts": keep_seconds(retention.verdicts_days),
+            "exact_keys": keep_seconds(retention.exact_days),
+            "canonicals": keep_seconds(retention.bands_days),
+            "groups": keep_seconds(retention.exact_days),
+        }
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
@@ -76,20 +99,34 @@ class SqliteStateStore:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verdicts)")}
         if "content" not in columns:  # a state folder from before versions: its verdicts match any content
             self._db.execute("ALTER TABLE verdicts ADD COLUMN content TEXT")
+        self._unstamped = False
+        """Rows without a stamp exist (a state from before retention): stamped with the clock at `commit`."""
+        for table in _FAMILIES:
+            if "stamp" not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN stamp INTEGER")
+                self._unstamped = True
+        self._unstamped = self._unstamped or any(
+            self._db.execute(f"SELECT 1 FROM {table} WHERE stamp IS NULL LIMIT 1").fetchone() for table in _FAMILIES
+        )
+        self._db.executescript(_STAMP_INDEXES)
+        row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
+        self._clock: int = 0 if row is None else row[0]
         self._next_seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM canonicals").fetchone()[0]
         self._verdicts: dict[str, Link] = {}
-        self._exact: dict[str, str] = {}
-        self._known: dict[str, str | None] = {}
+        self._exact: dict[str, tuple[str, int | None]] = {}
+        """Exact keys claimed or re-pointed since the last commit: holder and stamp."""
+        self._known: dict[str, tuple[str, int | None] | None] = {}
         """Exact keys read since the last commit (None: absent), so a claim after a lookup costs no read."""
         self._canonicals: list[tuple[Canonical, Sequence[int]]] = []
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
-        self._groups: dict[str, int] = {}
+        self._groups: dict[str, tuple[int, int | None]] = {}
+        """Group sizes changed since the last commit, with their stamps."""
         # What `warm` (and single reads) found in the file since the last commit. Only this
         # store writes the file, and its own writes stay in the buffers above until `commit`,
         # so the file cannot change under these until then.
         self._stored_verdicts: dict[str, Link | None] = {}
         self._stored_bands: dict[tuple[int, int], list[Canonical]] = {}
-        self._stored_groups: dict[str, int] = {}
+        self._stored_groups: dict[str, tuple[int, int | None]] = {}
         self._removed: set[str] = set()
         """Canonicals taken out of the band sets since the last commit (a relink made them duplicates)."""
         # Reads run inside one open transaction: a read transaction per statement
@@ -100,25 +137,42 @@ class SqliteStateStore:
         """Write everything decided since the last commit in one transaction."""
         db = self._db
         db.executemany(
-            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (v.doc_id, v.verdict.value, v.canonical_id, v.stage, v.score, v.model, v.content)
+                (v.doc_id, v.verdict.value, v.canonical_id, v.stage, v.score, v.model, v.content, v.published_at)
                 for v in self._verdicts.values()
             ],
         )
         db.executemany(
-            "INSERT INTO exact_keys VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET canonical_id = excluded.canonical_id",
-            [(_packed(key), canonical_id) for key, canonical_id in self._exact.items()],
+            "INSERT INTO exact_keys VALUES (?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET canonical_id = excluded.canonical_id, stamp = excluded.stamp",
+            [(_packed(key), canonical_id, stamp) for key, (canonical_id, stamp) in self._exact.items()],
         )
         # Removals first: a canonical removed and registered again since the last commit gets its new row.
         db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
+        # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
         db.executemany(
-            "INSERT OR IGNORE INTO canonicals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands) for c, bands in self._canonicals],
+            "INSERT INTO canonicals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
+            [
+                (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at)
+                for c, bands in self._canonicals
+            ],
         )
         # A group back to its canonical alone has no row, as if it had never grown.
-        db.executemany("INSERT OR REPLACE INTO groups VALUES (?, ?)", [g for g in self._groups.items() if g[1] > 1])
-        db.executemany("DELETE FROM groups WHERE canonical_id = ?", [(c,) for c, n in self._groups.items() if n <= 1])
+        db.executemany(
+            "INSERT OR REPLACE INTO groups VALUES (?, ?, ?)",
+            [(c, size, stamp) for c, (size, stamp) in self._groups.items() if size > 1],
+        )
+        db.executemany(
+            "DELETE FROM groups WHERE canonical_id = ?", [(c,) for c, (size, _) in self._groups.items() if size <= 1]
+        )
+        if self._clock:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (self._clock,))
+            if self._unstamped:  # "stamped at migration": with the first clock the old rows see
+                for table in _FAMILIES:
+                    db.execute(f"UPDATE {table} SET stamp = ? WHERE stamp IS NULL", (self._clock,))
+                self._unstamped = False
         db.execute("COMMIT")
         db.execute("BEGIN")
         self._verdicts.clear()
@@ -131,6 +185,33 @@ class SqliteStateStore:
         self._stored_verdicts.clear()
         self._stored_bands.clear()
         self._stored_groups.clear()
+
+    def clock(self) -> int:
+        return self._clock
+
+    def advance(self, published_at: int) -> int:
+        """Move the stream's clock forward (never back); written to the file at `commit`."""
+        self._clock = max(self._clock, int(published_at))
+        return self._clock
+
+    def expire(self, limit: int = 10_000) -> int:
+        """Delete up to `limit` rows older than their family's retention, oldest first (through the stamp
+        indexes); durable at the next `commit`. Returns how many it deleted (0: none left)."""
+        removed = 0
+        for table, name in _FAMILIES.items():
+            keep = self._keep[table]
+            if not keep or removed >= limit:
+                continue
+            removed += self._db.execute(
+                f"DELETE FROM {table} WHERE {name} IN"
+                f" (SELECT {name} FROM {table} WHERE stamp < ? ORDER BY stamp LIMIT ?)",
+                (self._clock - keep, limit - removed),
+            ).rowcount
+        return removed
+
+    def _alive(self, stamp: int | None, table: str) -> bool:
+        """Whether a row of `table` stamped `stamp` is within its retention (unstamped rows are)."""
+        return stamp is None or not expired(stamp, self._clock, self._keep[table])
 
     def close(self) -> None:
         self.commit()
@@ -153,11 +234,12 @@ class SqliteStateStore:
             for part in _parts([value for i, value in wanted if i == index]):
                 marks, values = _bound(part)
                 rows = self._db.execute(
-                    f"SELECT doc_id, simhash, language, seq, b{index} FROM canonicals WHERE b{index} IN ({marks})",
+                    f"SELECT doc_id, simhash, language, seq, stamp, b{index} FROM canonicals"
+                    f" WHERE b{index} IN ({marks})",
                     values,
                 )
-                for doc_id, simhash, language, seq, value in rows:
-                    self._stored_bands[index, value].append(Canonical(doc_id, _to_unsigned(simhash), language, seq))
+                for doc_id, simhash, language, seq, stamp, value in rows:
+                    self._stored_bands[index, value].append(self._canonical(doc_id, simhash, language, seq, stamp))
         self._load_verdicts(found.values())
         self._load_groups([*found.values(), *(c.doc_id for band in wanted for c in self._stored_bands[band])])
 
@@ -167,65 +249,78 @@ class SqliteStateStore:
             self._stored_verdicts.update(dict.fromkeys(part))
             marks, values = _bound(part)
             rows = self._db.execute(
-                "SELECT doc_id, verdict, canonical_id, stage, score, model, content FROM verdicts"
+                "SELECT doc_id, verdict, canonical_id, stage, score, model, content, stamp FROM verdicts"
                 f" WHERE doc_id IN ({marks})",
                 values,
             )
             for doc_id, *row in rows:
-                self._stored_verdicts[doc_id] = _link(doc_id, *row)
+                self._stored_verdicts[doc_id] = self._link(doc_id, *row)
 
     def _load_groups(self, canonical_ids: Iterable[str]) -> None:
         rest = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups and c not in self._stored_groups]
         for part in _parts(rest):
-            self._stored_groups.update(dict.fromkeys(part, 1))
+            self._stored_groups.update(dict.fromkeys(part, (1, None)))
             marks, values = _bound(part)
-            rows = self._db.execute(f"SELECT canonical_id, size FROM groups WHERE canonical_id IN ({marks})", values)
-            self._stored_groups.update(rows)
+            rows = self._db.execute(
+                f"SELECT canonical_id, size, stamp FROM groups WHERE canonical_id IN ({marks})", values
+            )
+            self._stored_groups.update((c, (size, stamp)) for c, size, stamp in rows)
 
     def verdict_of(self, doc_id: str) -> Link | None:
-        pending = self._verdicts.get(doc_id)
-        if pending is not None:
-            return pending
-        if doc_id in self._stored_verdicts:
-            return self._stored_verdicts[doc_id]
-        row = self._db.execute(
-            "SELECT verdict, canonical_id, stage, score, model, content FROM verdicts WHERE doc_id = ?", (doc_id,)
-        ).fetchone()
-        link = self._stored_verdicts[doc_id] = None if row is None else _link(doc_id, *row)
-        return link
+        link = self._verdicts.get(doc_id)
+        if link is None:
+            if doc_id in self._stored_verdicts:
+                link = self._stored_verdicts[doc_id]
+            else:
+                row = self._db.execute(
+                    "SELECT verdict, canonical_id, stage, score, model, content, stamp FROM verdicts WHERE doc_id = ?",
+                    (doc_id,),
+                ).fetchone()
+                link = self._stored_verdicts[doc_id] = None if row is None else self._link(doc_id, *row)
+        return link if link is not None and self._alive(link.published_at, "verdicts") else None
 
     def record_verdict(self, link: Link) -> Link:
         # One writer per state folder (see `locked`), and the cascade asked `verdict_of` just
         # before: no other verdict can have come in between.
-        self._verdicts[link.doc_id] = link
+        self._verdicts[link.doc_id] = self._stamped(link)
         return link
+
+    def _stamped(self, link: Link) -> Link:
+        """A verdict without a `published_at` (an old record) is stamped with the clock."""
+        if link.published_at is not None:
+            return link
+        self._unstamped = self._unstamped or not self._clock
+        return replace(link, published_at=self._clock or None)
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         rest = [key for key in keys if key not in self._exact and key not in self._known]
         if rest:
             packed = {_packed(key): key for key in rest}
             marks, values = _bound(list(packed))
-            rows = self._db.execute(f"SELECT key, canonical_id FROM exact_keys WHERE key IN ({marks})", values)
+            rows = self._db.execute(f"SELECT key, canonical_id, stamp FROM exact_keys WHERE key IN ({marks})", values)
             self._known.update(dict.fromkeys(rest))
-            self._known.update((packed[key], canonical_id) for key, canonical_id in rows)
+            self._known.update((packed[key], (canonical_id, stamp)) for key, canonical_id, stamp in rows)
         found = {}
         for key in keys:
-            holder = self._exact.get(key) or self._known.get(key)
-            if holder is not None:
-                found[key] = holder
+            held = self._exact.get(key) or self._known.get(key)
+            if held is not None and self._alive(held[1], "exact_keys"):
+                found[key] = held[0]
         return found
 
-    def exact_claim(self, keys: Sequence[str], canonical_id: str) -> dict[str, str]:
+    def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
         holders = self.exact_lookup(keys)
         for key in keys:
-            if key not in holders:
-                holders[key] = self._exact[key] = canonical_id
+            if key not in holders:  # absent, or expired: claimed anew
+                holders[key] = canonical_id
+                self._exact[key] = (canonical_id, published_at)
         return holders
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
         if self.exact_lookup([key]).get(key) != expected:
             return False
-        self._exact[key] = canonical_id
+        held = self._exact.get(key) or self._known.get(key)
+        assert held is not None
+        self._exact[key] = (canonical_id, held[1])
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
@@ -239,24 +334,27 @@ class SqliteStateStore:
             }
         else:
             rows = self._db.execute(
-                "SELECT doc_id, simhash, language, seq FROM canonicals"
+                "SELECT doc_id, simhash, language, seq, stamp FROM canonicals"
                 " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
                 (*bands, language),
             ).fetchall()
-            found = {
-                doc_id: Canonical(doc_id, _to_unsigned(simhash), lang, seq)
-                for doc_id, simhash, lang, seq in rows
-                if doc_id not in self._removed
-            }
+            found = {row[0]: self._canonical(*row) for row in rows if row[0] not in self._removed}
+        found = {doc_id: c for doc_id, c in found.items() if self._alive(c.published_at, "canonicals")}
         for band in enumerate(bands):
             for canonical in self._bands.get(band, ()):
-                if canonical.language == language and canonical.doc_id not in found:
+                if (
+                    canonical.language == language
+                    and canonical.doc_id not in found
+                    and self._alive(canonical.published_at, "canonicals")
+                ):
                     found[canonical.doc_id] = canonical
         return list(found.values())
 
-    def add_canonical(self, canonical_id: str, simhash: int, language: str, bands: Sequence[int]) -> None:
-        """Register a canonical; registering one again changes nothing (its first `seq` stays)."""
-        canonical = Canonical(canonical_id, simhash, language, self._next_seq)
+    def add_canonical(
+        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+    ) -> None:
+        """Register a canonical; registering one again keeps its first `seq` (and its later stamp)."""
+        canonical = Canonical(canonical_id, simhash, language, self._next_seq, published_at)
         self._next_seq += 1
         self._canonicals.append((canonical, tuple(bands)))
         for band in enumerate(bands):
@@ -276,24 +374,38 @@ class SqliteStateStore:
         self._verdicts[link.doc_id] = link
         return True
 
-    def grow_group(self, canonical_id: str) -> int:
-        size = self._groups[canonical_id] = self.group_size(canonical_id) + 1
-        return size
+    def grow_group(self, canonical_id: str, published_at: int) -> int:
+        size, stamp = self._group(canonical_id)
+        stamp = published_at if stamp is None else max(stamp, published_at)
+        self._groups[canonical_id] = (size + 1, stamp)
+        return size + 1
 
     def shrink_group(self, canonical_id: str) -> int:
-        size = self._groups[canonical_id] = max(1, self.group_size(canonical_id) - 1)
-        return size
+        size, stamp = self._group(canonical_id)
+        self._groups[canonical_id] = (max(1, size - 1), stamp)
+        return max(1, size - 1)
 
     def group_size(self, canonical_id: str) -> int:
-        pending = self._groups.get(canonical_id)
-        if pending is not None:
-            return pending
-        stored = self._stored_groups.get(canonical_id)
-        if stored is not None:
-            return stored
-        row = self._db.execute("SELECT size FROM groups WHERE canonical_id = ?", (canonical_id,)).fetchone()
-        size = self._stored_groups[canonical_id] = 1 if row is None else row[0]
-        return size
+        return self._group(canonical_id)[0]
+
+    def _group(self, canonical_id: str) -> tuple[int, int | None]:
+        """The group's size and stamp; an expired group is its canonical alone again."""
+        group = self._groups.get(canonical_id) or self._stored_groups.get(canonical_id)
+        if group is None:
+            row = self._db.execute("SELECT size, stamp FROM groups WHERE canonical_id = ?", (canonical_id,)).fetchone()
+            group = self._stored_groups[canonical_id] = (1, None) if row is None else (row[0], row[1])
+        if group[1] is not None and not self._alive(group[1], "groups"):
+            return (1, None)
+        return group
+
+    def _link(self, doc_id: str, *row: Any) -> Link:
+        """A verdict as a row of `verdicts` holds it (an unstamped row: stamped at migration, i.e. now)."""
+        *fields, stamp = row
+        return _link(doc_id, *fields, published_at=self._clock if stamp is None else stamp)
+
+    def _canonical(self, doc_id: str, simhash: int, language: str, seq: int, stamp: int | None) -> Canonical:
+        """A canonical as a row of `canonicals` holds it (an unstamped row: stamped at migration, i.e. now)."""
+        return Canonical(doc_id, _to_unsigned(simhash), language, seq, self._clock if stamp is None else stamp)
 
 
 def _link(
@@ -304,9 +416,13 @@ def _link(
     score: float | None,
     model: str | None,
     content: str | None,
+    published_at: int | None = None,
 ) -> Link:
     """A verdict as a row of `verdicts` holds it."""
-    return Link(doc_id, Verdict(verdict), canonical_id, Stage(stage) if stage else None, score, model, content=content)
+    stage_ = Stage(stage) if stage else None
+    return Link(
+        doc_id, Verdict(verdict), canonical_id, stage_, score, model, content=content, published_at=published_at
+    )
 
 
 def _bound(values: list[Any]) -> tuple[str, list[Any]]:
