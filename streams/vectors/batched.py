@@ -64,6 +64,11 @@ class BatchedVectors:
         self._pending = [item for item in self._pending if not (item.model == model and item.doc_id == doc_id)]
         self._store.remove(model, doc_id)
 
+    def expire(self, model: ModelId, before: int) -> int:
+        """Expire the store's vectors; held additions that old are dropped (nobody would find them)."""
+        self._pending = [item for item in self._pending if not (item.model == model and item.published_at < before)]
+        return self._store.expire(model, before)
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:

@@ -76,6 +76,18 @@ class EdgeVectorStore:
         if shard is not None:
             shard.update(qe.UpdateOperation.delete_points([point_id(doc_id)]))
 
+    def expire(self, model: ModelId, before: int) -> int:
+        """Delete the model's vectors published before `before` (a range on the indexed `published_at`);
+        returns how many there were."""
+        shard = self._shard(model, create=False)
+        if shard is None:
+            return 0
+        old = qe.Filter(must=[qe.FieldCondition("published_at", range=qe.RangeFloat(lt=before))])
+        count = shard.count(qe.CountRequest(exact=True, filter=old))
+        if count:
+            shard.update(qe.UpdateOperation.delete_points_by_filter(old))
+        return count
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:

@@ -1,7 +1,7 @@
 """Canonical vectors in a Qdrant server: the production store, shared by all semantic workers.
 
 One collection per model (cosine), an integer index on `published_at` for the window
-filter, and the same ids and tie-break as the embedded store.
+filter and for expiry (a delete by range), and the same ids and tie-break as the embedded store.
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ class QdrantVectorStore:
         name = self._collection(model, create=False)
         if name is not None:
             self.client.delete(name, points_selector=models.PointIdsList(points=[point_id(doc_id)]), wait=True)
+
+    def expire(self, model: ModelId, before: int) -> int:
+        """Delete the model's vectors published before `before` (a range on the indexed `published_at`);
+        returns how many there were (counted first: a delete by filter does not say)."""
+        name = self._collection(model, create=False)
+        if name is None:
+            return 0
+        old = models.Filter(must=[models.FieldCondition(key="published_at", range=models.Range(lt=before))])
+        count = self.client.count(name, count_filter=old, exact=True).count
+        if count:
+            self.client.delete(name, points_selector=models.FilterSelector(filter=old), wait=True)
+        return count
 
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
