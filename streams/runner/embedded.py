@@ -21,9 +21,9 @@ import fcntl
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from streams.config import Settings
-from streams.core.cascade import Cascade
-from streams.core.model import Document, Stage
-from streams.core.ports import Embedder
+from streams.config import RetentionSettings, Settings
+from streams.core.cascade import Cascade, Decision
+from streams.core.model import Document, ModelId, Stage, clamped, expired, keep_seconds, version_id
+from streams.core.ports import Embedder, VectorStore
 from streams.records.article import Featurizer, Rejection
-from streams.records.output import candidate_record, deduped_record, link_record
+from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
 from streams.stores.journal import Journal
@@ -46,6 +46,8 @@ CHUNK = 256
 """Documents parsed ahead of their decisions (the embedder's look-ahead window)."""
 COMMIT_SECONDS = 2.0
 """How often outputs are flushed and the state committed: each commit syncs the disk."""
+SWEEP_LIMIT = 10_000
+"""Expired entries removed after a commit, at most: the sweep catches up over a few commits, never stalls one."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def run(
         if paths.state.resolve() != paths.out.resolve():
             held.enter_context(locked(paths.state))
         fresh = _claim_outputs(paths, force)
-        state = SqliteStateStore(paths.state / "state.sqlite3")
+        state = SqliteStateStore(paths.state / "state.sqlite3", retention=settings.retention)
         journal = Journal(paths.state)
         vectors = None
         if Stage.SEMANTIC in settings.stages:
@@ -198,7 +200,7 @@ def run(
         )
         consistent = False
         try:
-            work = _Run(settings, cascade, (state, journal), embedder, outputs, interrupts, on_progress)
+            work = _Run(settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress)
             stats = work.run(read_lines(sources, settings.max_record_bytes))
             consistent = True
         except KeyboardInterrupt:
@@ -220,12 +222,24 @@ def run(
     return stats
 
 
+def sweep(
+    retention: RetentionSettings, state: SqliteStateStore, vectors: VectorStore | None, models: Iterable[ModelId]
+) -> int:
+    """Remove up to `SWEEP_LIMIT` expired state entries, and the expired vectors of `models`; how many."""
+    removed = state.expire(SWEEP_LIMIT)
+    keep_s = int(retention.vectors_hours * 3600)
+    if vectors is not None and keep_s and state.clock():
+        for model in models:
+            removed += vectors.expire(model, state.clock() - keep_s)
+    return removed
+
+
 class _Run:
     def __init__(
         self,
         settings: Settings,
         cascade: Cascade,
-        state: tuple[SqliteStateStore, Journal],
+        state: tuple[SqliteStateStore, Journal, VectorStore | None],
         embedder: Embedder | None,
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: _Interrupts,
@@ -233,7 +247,7 @@ class _Run:
     ) -> None:
         self._settings = settings
         self._cascade = cascade
-        self._state, self._journal = state
+        self._state, self._journal, self._vector_store = state
         self._embedder = embedder
         self._outputs = outputs
         self._links, self._deduped, self._rejected = outputs
@@ -243,6 +257,7 @@ class _Run:
         self._featurizer = Featurizer(settings)
         self._vectors: dict[tuple[str, str], np.ndarray] = {}
         self.stats = RunStats(stages=tuple(settings.stages))
+        self._verdicts_s = keep_seconds(settings.retention.verdicts_days)
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
         started = last_commit = time.perf_counter()
@@ -289,15 +304,33 @@ class _Run:
                 docs.append(result)
                 their_lines.append(line)
         self.stats.seconds["features"] += time.perf_counter() - started
+        if docs:  # the stream's time: the chunk's newest document, never beyond tomorrow
+            self._state.advance(clamped(max(doc.published_at for doc in docs), time.time()))
         self._state.warm(self._cascade.reads(docs))  # the chunk's reads in a few statements
         for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
-            vector = self._vector_for(docs, index) if self._cascade.semantic else None
+            before = self._decided_before(doc)
+            vector = self._vector_for(docs, index) if self._cascade.semantic and before is None else None
             with self._interrupts:
-                self._decide(doc, vector)
+                self._emit(before or self._cascade.decide(doc, vector), doc, vector)
             self._done(line)
 
-    def _decide(self, doc: Document, vector: np.ndarray | None) -> None:
-        decision = self._cascade.decide(doc, vector)
+    def _decided_before(self, doc: Document) -> Decision | None:
+        """The verdict this state folder gave a document whose verdict has expired from the state (older
+        than `verdicts_days` in stream time), from the journal, which keeps every link as the links topic
+        does; None for any other document. A resumed run, or a second day over last month's archive, so
+        never decides a document again (where its canonical has expired since, it would come out unique)."""
+        if not expired(doc.published_at, self._state.clock(), self._verdicts_s):
+            return None
+        version = replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
+        for known in (doc, version):
+            record = self._journal.link(known.doc_id)
+            if record is not None and record.get("content_hash") == doc.content_hash:
+                link = read_link_record(record).link
+                return Decision(link, repeated=True, version=known if known is version else None)
+        return None
+
+    def _emit(self, decision: Decision, doc: Document, vector: np.ndarray | None) -> None:
+        """Count the decision and write its outputs (the link always; the journal and the article once)."""
         doc = decision.version or doc  # a new version of an id seen before goes out under its own id
         link = decision.link
         self.stats.count(link, decision.repeated)
@@ -324,12 +357,17 @@ class _Run:
             self._on_progress(self._done_lines, self._done_bytes)
 
     def _commit(self) -> None:
-        """Outputs reach the disk before the state that remembers them (see the module docstring)."""
+        """Outputs reach the disk before the state that remembers them (see the module docstring); then
+        what has expired is swept (made durable by the next commit, or by closing the state)."""
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
             self._journal.commit()
             self._state.commit()
+            started = time.perf_counter()
+            models = [self._cascade.model] if self._cascade.model is not None else []
+            self.stats.expired += sweep(self._settings.retention, self._state, self._vector_store, models)
+            self.stats.seconds["expire"] += time.perf_counter() - started
 
     def _vector_for(self, docs: list[Document], index: int) -> np.ndarray | None:
         """This document's vector if the cascade will need it, embedding a batch ahead.
@@ -353,6 +391,7 @@ class _Run:
                 later.identity not in self._vectors
                 and not any(self._cascade.would_link(later, earlier) for earlier in batch)
                 and self._cascade.needs_vector(later)
+                and self._decided_before(later) is None
             ):
                 batch.append(later)
         started = time.perf_counter()

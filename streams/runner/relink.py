@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from streams.config import Settings
 from streams.core.relink import (
     Change,
     Cutoff,
@@ -102,7 +103,8 @@ def relink_files(
             held.enter_context(locked(out_dir, "output folder"))
             if state_dir.resolve() != out_dir.resolve():
                 held.enter_context(locked(state_dir))
-        state = SqliteStateStore(state_dir / "state.sqlite3")
+        retention = Settings().retention
+        state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention)
         journal = Journal(state_dir)
         try:
             published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
@@ -131,7 +133,7 @@ def relink_files(
                 from streams.vectors.edge import EdgeVectorStore
 
                 with EdgeVectorStore(state_dir / "vectors") as vectors:
-                    result.made = apply(todo, state, vectors, checked=True)
+                    result.made = apply(todo, state, vectors, checked=True, retention=retention)
                 state.commit()
             for record in records:
                 journal.put_link(record)

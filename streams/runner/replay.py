@@ -1,4 +1,8 @@
-"""`dedup replay` for files: rebuild an embedded state folder from links.jsonl files."""
+"""`dedup replay` for files: rebuild an embedded state folder from links.jsonl files.
+
+The state's clock follows the records' `published_at` (clamped as `dedup run` clamps it) and each
+commit is followed by a sweep, so a replayed state ages as the live one did.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +12,34 @@ from pathlib import Path
 
 import orjson
 
-from streams.core.replay import ReplayStats, restore
+from streams.config import RetentionSettings, Settings
+from streams.core.model import ModelId, clamped
+from streams.core.replay import ReplayStats, model_named, restore
 from streams.records.output import read_link_record
-from streams.runner.embedded import COMMIT_SECONDS, locked
+from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
 from streams.runner.jsonl import read_lines
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 
 
-def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], None] | None = None) -> ReplayStats:
+def replay_files(
+    sources: list[str],
+    state_dir: Path,
+    on_bytes: Callable[[int], None] | None = None,
+    retention: RetentionSettings | None = None,
+) -> ReplayStats:
     """Restore every link of `sources`, in order, into the state folder (created if absent).
 
     A source whose first line is no link is refused (ValueError): it is some other file,
     given by mistake. Later unreadable lines are skipped and reported, never fatal.
+    `retention` defaults to the configured one (`[retention]`).
     """
     stats = ReplayStats()
+    retention = retention or Settings().retention
+    models: set[ModelId] = set()
     with locked(state_dir):
-        state = SqliteStateStore(state_dir / "state.sqlite3")
+        state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention)
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit = time.perf_counter()
@@ -49,7 +63,10 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
                         stats.bad.append(f"{source}:{line.line_no}: {why}")
                         continue
                     first = False
-                    if restore(recorded, state, vectors):
+                    state.advance(clamped(recorded.published_at, time.time()))
+                    if recorded.link.model and recorded.vector is not None:
+                        models.add(model_named(recorded.link.model))
+                    if restore(recorded, state, vectors, retention):
                         stats.restored += 1
                         journal.put_link(record)
                     else:
@@ -61,7 +78,11 @@ def replay_files(sources: list[str], state_dir: Path, on_bytes: Callable[[int], 
                     if time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         journal.commit()
                         state.commit()
+                        sweep(retention, state, vectors, models)
                         last_commit = time.perf_counter()
+            journal.commit()
+            state.commit()
+            sweep(retention, state, vectors, models)
         finally:
             journal.close()
             state.close()

@@ -32,6 +32,8 @@ class RunStats:
     """Documents whose verdict the outputs had already: a run resumed after Ctrl-C or a crash."""
     notes: list[str] = field(default_factory=list)
     """What the run repaired or skipped on the way, for the person who ran it."""
+    expired: int = 0
+    """State entries and vectors the sweep removed: past their retention (README, "Retention")."""
 
     def count(self, link: Link, repeated: bool) -> None:
         """Count a verdict; a redelivered document's repeated verdict is counted apart."""
@@ -55,6 +57,7 @@ class RunStats:
             "rejected": self.rejected,
             "repeated": self.repeated,
             "already_written": self.already_written,
+            "expired": self.expired,
             "verdicts": dict(self.verdicts),
             "linked_by_stage": dict(self.linked_by_stage),
             "score_quantiles": {
@@ -109,4 +112,6 @@ class RunStats:
         if self.seconds["embed"]:
             table.add_row("embedding", "", "", f"{self.seconds['embed']:.2f}")
         table.add_row("largest group", str(self.largest_group), self.largest_group_id or "", "")
+        if self.expired:
+            table.add_row("expired (past retention)", str(self.expired), "", f"{self.seconds['expire']:.2f}")
         return table
