@@ -134,6 +134,9 @@ def test_a_date_in_2100_moves_the_clock_no_further_than_a_day_ahead(stream: Stre
     assert stream.state.clock() <= now + DAY_S + 5
     near = stream.decide("b", "https://b.example.com/1", WORDS + " extra", now)
     assert near.canonical_id == "a"  # nothing expired
+    # Its entries are stamped no later than tomorrow either: they age from then, not from 2100.
+    stream.state.advance(now + 40 * DAY_S)
+    assert stream.state.verdict_of("future") is None and stream.state.verdict_of("b") is None
 
 
 def test_the_clock_never_goes_back_and_survives_reopening(tmp_path: Path) -> None:

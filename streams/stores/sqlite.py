@@ -11,7 +11,7 @@ buffer first, so the store behaves as if every write went straight to disk.
 One process writes a state folder at a time (the runner holds a lock on it).
 
 Retention (`RetentionSettings`): every row carries a `stamp` (a `published_at`,
-Unix s) and the stream's clock is kept in `meta`. A row older than its family's
+Unix s, at most a day after the wall clock) and the stream's clock is kept in `meta`. A row older than its family's
 retention is skipped by every read at once; `expire` deletes such rows later,
 oldest first, through an index on `stamp` (a day bucket is a range of it).
 A state folder of the version before retention gets a `stamp` column of NULLs:
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.config import RetentionSettings
-from streams.core.model import Canonical, Link, Stage, Verdict, expired, keep_seconds
+from streams.core.model import Canonical, Link, Stage, Verdict, clamped, expired, keep_seconds
 from streams.core.ports import Reads
 
 _SCHEMA = """
@@ -286,9 +287,11 @@ class SqliteStateStore:
         return link
 
     def _stamped(self, link: Link) -> Link:
-        """A verdict without a `published_at` (an old record) is stamped with the clock."""
+        """A verdict stamped with its `published_at` (clamped: `_stamp`), or without one (an old record)
+        with the clock."""
         if link.published_at is not None:
-            return link
+            stamp = _stamp(link.published_at)
+            return link if stamp == link.published_at else replace(link, published_at=stamp)
         self._unstamped = self._unstamped or not self._clock
         return replace(link, published_at=self._clock or None)
 
@@ -312,7 +315,7 @@ class SqliteStateStore:
         for key in keys:
             if key not in holders:  # absent, or expired: claimed anew
                 holders[key] = canonical_id
-                self._exact[key] = (canonical_id, published_at)
+                self._exact[key] = (canonical_id, _stamp(published_at))
         return holders
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
@@ -354,7 +357,7 @@ class SqliteStateStore:
         self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
     ) -> None:
         """Register a canonical; registering one again keeps its first `seq` (and its later stamp)."""
-        canonical = Canonical(canonical_id, simhash, language, self._next_seq, published_at)
+        canonical = Canonical(canonical_id, simhash, language, self._next_seq, _stamp(published_at))
         self._next_seq += 1
         self._canonicals.append((canonical, tuple(bands)))
         for band in enumerate(bands):
@@ -376,7 +379,7 @@ class SqliteStateStore:
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
         size, stamp = self._group(canonical_id)
-        stamp = published_at if stamp is None else max(stamp, published_at)
+        stamp = _stamp(published_at) if stamp is None else max(stamp, _stamp(published_at))
         self._groups[canonical_id] = (size + 1, stamp)
         return size + 1
 
@@ -423,6 +426,11 @@ def _link(
     return Link(
         doc_id, Verdict(verdict), canonical_id, stage_, score, model, content=content, published_at=published_at
     )
+
+
+def _stamp(published_at: int) -> int:
+    """A stamp is clamped as the clock is (`model.clamped`): an entry dated 2100 ages from tomorrow."""
+    return clamped(published_at, time.time())
 
 
 def _bound(values: list[Any]) -> tuple[str, list[Any]]:
