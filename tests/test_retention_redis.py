@@ -147,6 +147,23 @@ def test_expire_removes_in_bounded_steps_and_resumes_after_an_interruption(clien
     assert sorted(c.doc_id for c in restarted.band_candidates("en", (1, 1, 1, 1))) == ["new1"]
 
 
+def test_a_family_kept_forever_is_never_hidden_nor_swept(client: redis.Redis, prefix: str) -> None:
+    store = RedisStateStore(client, prefix, 4, RetentionSettings(exact_days=0, bands_days=0))
+    store.advance(T0)
+    _populate(store, 5, T0, "old")
+    store.advance(T0 + 4000 * DAY_S)
+    assert store.expire() == 5  # the verdicts only
+    assert store.exact_lookup(["u:old1"]) == {"u:old1": "old1"} and store.group_size("old1") == 2
+    assert [c.doc_id for c in store.band_candidates("en", (1, 1, 1, 1))] == ["old1"]
+    forever = RedisStateStore(
+        client, f"{prefix}forever:", 4, RetentionSettings(verdicts_days=0, exact_days=0, bands_days=0)
+    )
+    forever.record_verdict(_link("a", T0))
+    forever.advance(T0 + 4000 * DAY_S)
+    assert forever.verdict_of("a") == Link.unique("a") and forever.expire() == 0
+    assert not client.exists(f"{prefix}forever:sweep")  # no pass at all
+
+
 def test_a_sweep_under_a_lease_lost_removes_nothing(client: redis.Redis, prefix: str) -> None:
     store = _store(client, prefix, bucket_bits=4)
     store.advance(T0)

@@ -8,7 +8,7 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 | hash | field | value |
 |---|---|---|
 | `v:{B(doc_id)}` | doc_id | the verdict: its stamp, its `seq`, a space, then the fields of `_verdict_value` |
-| `x:{B(key)}` | rest of the key's hash (96 bits) | stamp, then the canonical (or document under review) it names |
+| `x:{B(key)}` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) it names |
 | `c:{B(doc_id)}` | doc_id | a canonical's first-seen `seq` (marks it registered; its s: entry holds the stamp) |
 | `s:{seq >> 8}` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
 | `b:{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
@@ -17,7 +17,7 @@ hash is stored as one compact listpack). Under a configurable prefix (default
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
-| `languages` (set) | | every language a canonical was registered in (the sweep finds band entries by it) |
+| `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 
 Retention (`RetentionSettings`, in the stream's time): a stamp is the day of an entry's
 `published_at` (4 hex digits), so an entry is hidden once all of its day is older than the
@@ -87,8 +87,10 @@ _DAY_HEX = 4
 _DAY_MAX = 0xFFFF
 _GROUP_DAY = 1 << 16
 """A group size is one integer, members * 65536 + day: a listpack keeps it in 4 bytes, a string would take 7."""
-_SWEEP_BUCKETS = 16
-"""Hash buckets one sweep step reads (at 10M canonicals, about 40,000 fields: tens of milliseconds)."""
+_SWEEP_BUCKETS = 256
+"""Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
+_SWEEP_FIELDS = 20_000
+"""Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
 
 # Scripts that judge an entry's age read the clock (KEYS[1]) first. An entry of day d is past a retention of
 # `keep` seconds (0: forever) once the last second of its day is older than clock - keep, as `model.expired`
@@ -194,7 +196,7 @@ end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[2], ARGV[2], seq)
 redis.call('HSET', ARGV[9] .. math.floor(seq / 256), seq, ARGV[3])
-redis.call('SADD', KEYS[4], ARGV[4])
+redis.call('HSET', KEYS[4], ARGV[4], 1)
 for i = 5, 8 do
   local value = ARGV[i]
   local current = redis.call('HGET', KEYS[i], value)
@@ -265,15 +267,21 @@ return members
 )
 # The sweep, one step: KEYS: clock, sweep cursor, lease key (unfenced: any key), the hashes; ARGV: lease
 # token ('' unfenced), retention, where the stamp is ('v'alue prefix or 'g'roup integer), the most fields
-# to remove, the cursor position of the first hash. Removes expired fields hash by hash; the cursor moves
-# past a hash once nothing expired is left in it. Returns how many it removed (-1: the lease is lost).
+# to remove, the cursor position of the first hash, the most fields to read. Removes expired fields hash by
+# hash; the cursor moves past a hash once nothing expired is left in it, and the step ends after the hash
+# that reached the fields to read. Returns how many it removed (-1: the lease is lost).
 _EXPIRE_FIELDS = (
     _AGE
     + _FENCE
     + """
-local left, at = tonumber(ARGV[4]), tonumber(ARGV[5])
+local left, at, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 for i = 4, #KEYS do
+  if budget <= 0 then
+    redis.call('HSET', KEYS[2], 'at', at + i - 4)
+    return tonumber(ARGV[4]) - left
+  end
   local flat = redis.call('HGETALL', KEYS[i])
+  budget = budget - #flat / 2
   for j = 1, #flat, 2 do
     local day = ARGV[3] == 'g' and tonumber(flat[j + 1]) % 65536 or stamp(flat[j + 1])
     if expired(day, ARGV[2]) then
@@ -422,9 +430,11 @@ class RedisStateStore:
         return f"{self._prefix}{kind}:{digest[: self._bucket_hex]}"
 
     def _exact(self, key: str) -> tuple[str, str]:
-        """(bucket, field) of an exact key: 128 bits of its hash, split."""
+        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 12
+        bucket bits, two of a billion keys share all 92 with odds of about 1e-10); a field 16 bits
+        shorter than before pays for the value's stamp."""
         digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-        return f"{self._prefix}x:{digest[: self._bucket_hex]}", digest[self._bucket_hex : self._bucket_hex + 24]
+        return f"{self._prefix}x:{digest[: self._bucket_hex]}", digest[self._bucket_hex : self._bucket_hex + 20]
 
     # The clock and retention
 
@@ -730,22 +740,25 @@ class RedisStateStore:
         A pass reads every bucket once, in order: v:, x:, g: (2**bucket_bits each), then the s: buckets
         of every seq given out; each step removes what it found expired and moves the cursor
         (`{prefix}sweep`, in Redis: another worker or a restart resumes there). A pass starts when the
-        clock has moved into a day after the one the last pass started on.
+        clock has moved into a day after the one the last pass started on; a family kept forever is
+        skipped, and with every family kept forever there is no pass.
         """
         removed = 0
         while removed < limit and (deadline is None or time.monotonic() < deadline):
-            at = self._sweep_position()
-            if at is None:
+            place = self._sweep_position()
+            if place is None:
                 return Swept(removed, True)
-            step = self._sweep_step(at, limit - removed, fence)
+            step = self._sweep_step(*place, limit - removed, fence)
             if step < 0:
                 return Swept(removed, False)
             removed += step
         return Swept(removed, self._sweep_position() is None)
 
-    def _sweep_position(self) -> int | None:
-        """Where the sweep goes on: the cursor, 0 for a new pass once the clock is in a later day than the
-        last pass began on, None when the pass for today is complete."""
+    def _sweep_position(self) -> tuple[int, int] | None:
+        """Where the sweep goes on, and where its pass ends: the cursor, 0 for a new pass once the clock is
+        in a later day than the last pass began on; None when the pass for today is complete."""
+        if not (self.keep.verdicts or self.keep.exact or self.keep.bands):
+            return None
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.get(self._clock)
             pipe.hmget(self._cursor, ["day", "at"])
@@ -753,30 +766,35 @@ class RedisStateStore:
             clock, (day, at), seq = pipe.execute()
         end = len(_FAMILIES) * 16**self._bucket_hex + int(seq or 0) // 256 + 1
         if at is not None and int(at) < end:
-            return int(at)
+            return int(at), end
         today = int(clock or 0) // DAY_S
         if day is not None and int(day) >= today:
             if at is not None:
                 self._redis.hdel(self._cursor, "at")
             return None
         self._redis.hset(self._cursor, mapping={"day": today, "at": 0})
-        return 0
+        return 0, end
 
-    def _sweep_step(self, at: int, limit: int, fence: Lease | None) -> int:
-        """Sweep the buckets at cursor position `at`: up to `_SWEEP_BUCKETS` hash buckets of one family,
-        or one s: bucket. Returns how many entries it removed (-1: the lease is lost)."""
+    def _sweep_step(self, at: int, end: int, limit: int, fence: Lease | None) -> int:
+        """Sweep the buckets at cursor position `at` (`end` ends the pass): hash buckets of one family (up
+        to `_SWEEP_BUCKETS`, `_SWEEP_FIELDS` fields), or one s: bucket. Returns how many entries it removed
+        (-1: the lease is lost)."""
         lease = [fence.key if fence else self._clock]
         token = fence.token if fence else ""
         per_family = 16**self._bucket_hex
         family = at // per_family
+        keep = (self.keep.verdicts, self.keep.exact, self.keep.exact, self.keep.bands)[min(family, len(_FAMILIES))]
+        if not keep:  # kept forever: on to the next family
+            self._redis.hset(self._cursor, "at", (family + 1) * per_family if family < len(_FAMILIES) else end)
+            return 0
         if family < len(_FAMILIES):
             kind, stamp_in = _FAMILIES[family]
             first = at % per_family
             last = min(per_family, first + _SWEEP_BUCKETS)
             buckets = [f"{self._prefix}{kind}:{b:0{self._bucket_hex}x}" for b in range(first, last)]
-            keep = self.keep.verdicts if kind == "v" else self.keep.exact
             keys = [self._clock, self._cursor, *lease, *buckets]
-            return int(self._expire_fields(keys=keys, args=[token, keep, stamp_in, limit, at]))
+            args = [token, keep, stamp_in, limit, at, _SWEEP_FIELDS]
+            return int(self._expire_fields(keys=keys, args=args))
         return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, lease, token)
 
     def _sweep_canonicals(self, at: int, bucket: int, limit: int, lease: list[str], token: str) -> int:
@@ -786,7 +804,7 @@ class RedisStateStore:
         s_bucket = f"{self._prefix}s:{bucket}"
         with self._redis.pipeline(transaction=False) as pipe:
             self._expired_canonicals(keys=[self._clock, s_bucket], args=[self.keep.bands], client=pipe)
-            pipe.smembers(f"{self._prefix}languages")
+            pipe.hkeys(f"{self._prefix}languages")
             flat, languages = pipe.execute()
         gone = list(zip(flat[::2], flat[1::2], strict=True))
         keys: list[str] = []
