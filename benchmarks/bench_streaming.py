@@ -1,6 +1,6 @@
 """The streaming path against the in-process one: stages 1 to 3, one and two workers.
 
-Run:  .venv/bin/python benchmarks/bench_streaming.py [--count 20000] [--partitions 4]
+Run:  .venv/bin/python benchmarks/bench_streaming.py [--count 20000] [--partitions 4] [--json FILE]
 
 Starts its own broker (noida-db) and Redis on free ports. For each setting, on the
 same synthetic articles:
@@ -45,18 +45,19 @@ def in_process(lines: list[bytes], folder: Path) -> float:
 
 
 def agents_only(redis_url: str, lines: list[bytes]) -> float:
-    """Documents per second through the exact and SimHash agents' `handle`, batches of 256, no broker."""
+    """Documents per second through the agents' `handle` (stages 1 to 3 as one hop, as one worker runs
+    them), batches of 256, on the same Redis, no broker."""
     settings = Settings(stages=STAGES.split(","), redis_url=redis_url, redis_prefix="agents-only:")
     resources = Resources(settings)
-    exact, simhash = resources.stage_agent(Agent.EXACT), resources.stage_agent(Agent.SIMHASH)
+    hop = resources.stage_agent(Agent.EXACT, Agent.SIMHASH)
     started = time.perf_counter()
     for start in range(0, len(lines), 256):
-        batch = [
-            Incoming(line, None, 1_800_000_000_000, "raw", 0, start + i)
-            for i, line in enumerate(lines[start : start + 256])
-        ]
-        passed = [o for o in exact.handle(batch) if o.topic == settings.topics.stage_simhash]
-        simhash.handle([Incoming(o.value, o.key, 1_800_000_000_000, o.topic, 0, 0) for o in passed])
+        hop.handle(
+            [
+                Incoming(line, None, 1_800_000_000_000, "raw", 0, start + i)
+                for i, line in enumerate(lines[start : start + 256])
+            ]
+        )
     rate = len(lines) / (time.perf_counter() - started)
     resources.close()
     return rate
@@ -133,22 +134,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args()
     lines = [orjson.dumps(article) for article in synthetic_articles(args.count)]
+    results: dict[str, object] = {"count": args.count, "partitions": args.partitions, "stages": STAGES}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         reference = in_process(lines, root / "embedded")
+        results["in_process_docs_per_s"] = reference
         print(f"dedup run (in process, SQLite):        {reference:8,.0f} docs/s   ({args.count:,} articles)")
         with local_redis(root / "redis") as redis_url, local_kafka(root / "kafka") as bootstrap:
             alone = agents_only(redis_url, lines)
+            results["agents_only_docs_per_s"] = alone
             print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s")
-            for workers in (1, 2):
+            for workers, name in ((1, "one_worker"), (2, "two_workers")):
                 rate, p50, p99 = streaming(bootstrap, redis_url, root / f"w{workers}", workers, args.partitions, lines)
+                pace = min(rate / 2, 1000)
+                results.update(
+                    {
+                        f"{name}_docs_per_s": rate,
+                        f"{name}_ratio": rate / reference,
+                        f"{name}_half_load_docs_per_s": pace,
+                        f"{name}_p50_latency_ms": p50,
+                        f"{name}_p99_latency_ms": p99,
+                    }
+                )
                 print(
                     f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions): "
                     f"{rate:8,.0f} docs/s = {rate / reference:.2f}x in-process; "
-                    f"latency at {min(rate / 2, 1000):,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
+                    f"latency at {pace:,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
                 )
+    results["p99_latency_ms_half_load"] = results["one_worker_p99_latency_ms"]
+    if args.json is not None:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 if __name__ == "__main__":

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from aiokafka.errors import MessageSizeTooLargeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streams.config import Settings
+from streams.kafka.batched import send_batched
 from streams.records.stage import rejected_record
 from streams.service import metrics
 from streams.service.resources import Resources
-from streams.service.stages import Agent, Incoming, Outgoing, StageAgent, input_topic
+from streams.service.stages import Agent, Incoming, Outgoing, StageAgent, hops, input_topic
 
 log = logging.getLogger(__name__)
 
@@ -147,17 +147,10 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         logging_config=None,
     )
     health = Health()
-    outputs: dict[str, faust.TopicT] = {}
-
-    def topic(name: str) -> faust.TopicT:
-        if name not in outputs:
-            outputs[name] = app.topic(name, key_serializer="raw", value_serializer="raw")
-        return outputs[name]
-
-    for agent in agents:
-        handler = resources.stage_agent(agent)
-        source = topic(input_topic(settings, agent))
-        app.agent(source, name=f"dedup-{agent}")(_agent_loop(handler, topic, health, settings))
+    for hop in hops(settings, agents):
+        handler = resources.stage_agent(*hop)
+        source = app.topic(input_topic(settings, hop[0]), key_serializer="raw", value_serializer="raw")
+        app.agent(source, name=f"dedup-{'-'.join(hop)}")(_agent_loop(handler, app, health, settings))
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
@@ -182,8 +175,8 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
     return app, health
 
 
-def _agent_loop(handler: StageAgent, topic: Any, health: Health, settings: Settings) -> Any:
-    name = handler.agent.value
+def _agent_loop(handler: StageAgent, app: faust.App, health: Health, settings: Settings) -> Any:
+    name = handler.name
     size, within = settings.worker.batch_size, settings.worker.batch_within_s
 
     async def process(stream: faust.StreamT) -> None:
@@ -199,22 +192,22 @@ def _agent_loop(handler: StageAgent, topic: Any, health: Health, settings: Setti
                 )
                 for event in events
             ]
-            await _with_retries(handler, batch, topic, health, settings)
+            await _with_retries(handler, batch, app, health, settings)
             health.last_batch[name] = time.time()
 
     return process
 
 
 async def _with_retries(
-    handler: StageAgent, batch: list[Incoming], topic: Any, health: Health, settings: Settings
+    handler: StageAgent, batch: list[Incoming], app: faust.App, health: Health, settings: Settings
 ) -> None:
     """Decide the batch and send every output; on any failure, both again after a pause, until done."""
-    name = handler.agent.value
+    name = handler.name
     attempt = 0
     while True:
         try:
             outputs = await asyncio.to_thread(handler.handle, batch)
-            await _send_all(outputs, topic, settings)
+            await _send_all(outputs, app, settings)
         except Exception as exc:  # a store, model or broker failure: retry the batch, never skip it
             metrics.FAILURES.labels(name).inc()
             health.failing[name] = f"{type(exc).__name__}: {exc}"
@@ -227,45 +220,20 @@ async def _with_retries(
         return
 
 
-async def _send_all(outputs: list[Outgoing], topic: Any, settings: Settings) -> None:
+async def _send_all(outputs: list[Outgoing], app: faust.App, settings: Settings) -> None:
     """Send every output and wait for the broker's acknowledgement of each.
 
     A record refused as too large is sent to the rejected topic instead, with the
     reason; any other failure raises, and the caller retries the whole batch.
     """
-    refused = [out for out in await _send(outputs, topic) if out is not None]
+    # faust has no batch send: its aiokafka producer (started with the app) takes the record batches.
+    producer = app.producer._ensure_producer()
+    limit = settings.worker.max_message_bytes
+    refused = await send_batched(producer, outputs, limit)
     if refused:
         rejections = [_unsendable(out, settings) for out in refused]
-        for out in await _send(rejections, topic):
-            if out is not None:
-                raise RuntimeError(f"a rejection for {out.key!r} was refused by the broker as too large")
-
-
-async def _send(outputs: list[Outgoing], topic: Any) -> list[Outgoing | None]:
-    """Send and await each record; the records refused as too large come back, the others as None."""
-    pending: list[Any] = []
-    for out in outputs:
-        try:
-            pending.append(await topic(out.topic).send(key=out.key, value=out.value))
-        except MessageSizeTooLargeError as exc:  # refused by the producer before it left
-            pending.append(exc)
-    results = await asyncio.gather(
-        *(_settled(item) for item in pending),
-    )
-    failures = [r for r in results if isinstance(r, BaseException) and not isinstance(r, MessageSizeTooLargeError)]
-    if failures:
-        raise failures[0]
-    return [out if isinstance(r, MessageSizeTooLargeError) else None for out, r in zip(outputs, results, strict=True)]
-
-
-async def _settled(item: Any) -> Any:
-    """The result of a send, or the exception it ended with."""
-    if isinstance(item, BaseException):
-        return item
-    try:
-        return await item
-    except Exception as exc:
-        return exc
+        for out in await send_batched(producer, rejections, limit):
+            raise RuntimeError(f"a rejection for {out.key!r} was refused by the broker as too large")
 
 
 def _unsendable(out: Outgoing, settings: Settings) -> Outgoing:

@@ -13,6 +13,7 @@ from streams.core.cascade import Cascade
 from streams.core.model import Canonical, Stage
 from streams.core.ports import Embedder, StateStore, VectorStore
 from streams.features.simhash import char_simhash, word_simhash
+from streams.records.article import Featurizer
 from streams.service import metrics
 from streams.service.stages import Agent, StageAgent, pipeline
 from streams.stores.batched import BatchedState
@@ -21,6 +22,7 @@ from streams.stores.redis_store import RedisStateStore
 from streams.vectors.batched import BatchedVectors
 
 EMBEDDED = "embedded"
+_WARM_UP = b'{"id": "warm-up", "url": "https://example.com/warm-up", "title": "Warm up", "body": "A warm-up text."}'
 
 
 def redis_client(settings: Settings) -> redis.Redis:
@@ -72,16 +74,19 @@ class Resources:
         self._embedder = embedder
         self._vectors: VectorStore | None = None
         self.lock = RedisLock(self.redis, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
-        # Load the compiled SimHash kernels now (about a second), not inside the first batch.
+        # Load (or compile: seconds on a fresh install) the text and SimHash kernels now, not inside
+        # the first batch: one document through the batched features, one through the single ones.
+        Featurizer(settings).parse_batch([_WARM_UP], ingest_time=0)
         word_simhash("warm up", settings.simhash.word_shingle)
         char_simhash("warm up", settings.simhash.char_ngram)
 
     def ping(self) -> None:
         self.redis.ping()
 
-    def stage_agent(self, agent: Agent) -> StageAgent:
-        """The agent's decisions; the last agent of the pipeline gets the vector store and model."""
-        final = agent is pipeline(self.settings)[-1]
+    def stage_agent(self, *hop: Agent) -> StageAgent:
+        """The decisions of one agent, or of consecutive agents run as one hop (`stages.hops`);
+        the hop that ends the pipeline gets the vector store and model."""
+        final = hop[-1] is pipeline(self.settings)[-1]
         semantic = final and Stage.SEMANTIC in self.settings.stages
         embedder = vectors = None
         if semantic:
@@ -99,7 +104,7 @@ class Resources:
         state = BatchedState(self.state)  # one per agent: each warms and flushes its own batches
         held = BatchedVectors(vectors) if vectors is not None else None  # written once verdicts are recorded
         cascade = Cascade(settings, MeteredState(state), held, model)
-        return StageAgent(self.settings, agent, cascade, state, self.lock, embedder, held)
+        return StageAgent(self.settings, hop, cascade, state, self.lock, embedder, held)
 
     def close(self) -> None:
         close = getattr(self._vectors, "close", None)

@@ -70,6 +70,21 @@ def pipeline(settings: Settings) -> list[Agent]:
     ]
 
 
+def hops(settings: Settings, agents: Sequence[Agent]) -> list[tuple[Agent, ...]]:
+    """The agents one process runs, grouped into hops: agents next to each other in the pipeline
+    share a hop (one input topic, nothing written to the topic between them), except the semantic
+    agent, which keeps its own topic, so a verdict of stages 1 to 3 never waits for the model and
+    the model gets batches of its own. Agents in different processes still pass documents on."""
+    chain = pipeline(settings)
+    grouped: list[list[Agent]] = []
+    for agent in sorted(set(agents), key=chain.index):
+        if grouped and agent is not Agent.SEMANTIC and chain.index(grouped[-1][-1]) + 1 == chain.index(agent):
+            grouped[-1].append(agent)
+        else:
+            grouped.append([agent])
+    return [tuple(hop) for hop in grouped]
+
+
 def input_topic(settings: Settings, agent: Agent) -> str:
     topics = settings.topics
     return {Agent.EXACT: topics.raw, Agent.SIMHASH: topics.stage_simhash, Agent.SEMANTIC: topics.stage_semantic}[agent]
@@ -99,12 +114,13 @@ class Outgoing:
 
 
 class StageAgent:
-    """One stage agent's decisions over batches of its input topic."""
+    """The decisions of one hop (one stage agent, or several that share a process) over batches
+    of its input topic."""
 
     def __init__(
         self,
         settings: Settings,
-        agent: Agent,
+        hop: Sequence[Agent],
         cascade: Cascade,
         state: BatchedState,
         lock: RedisLock,
@@ -112,11 +128,18 @@ class StageAgent:
         vectors: BatchedVectors | None = None,
     ) -> None:
         """`cascade` must decide against `state` and `vectors` (or wrappers of them): the agent
-        warms and flushes both."""
+        warms and flushes both. `hop`: consecutive agents of the pipeline (see `hops`)."""
         chain = pipeline(settings)
-        if agent not in chain:
-            raise ValueError(f"the {agent} agent has nothing to do: its stages are not enabled ({settings.stages})")
-        self.agent = agent
+        for agent in hop:
+            if agent not in chain:
+                raise ValueError(f"the {agent} agent has nothing to do: its stages are not enabled ({settings.stages})")
+        first, last = chain.index(hop[0]), chain.index(hop[-1])
+        if list(hop) != chain[first : last + 1]:
+            raise ValueError(f"agents {', '.join(hop)} are not consecutive in the pipeline {', '.join(chain)}")
+        self.agent = hop[0]
+        """The entry agent: its input topic, and what it reads there (raw articles or stage records)."""
+        self.name = "+".join(hop)
+        """The metrics label and agent name of the hop (`exact+simhash` when fused)."""
         self._settings = settings
         self._cascade = cascade
         self._state = state
@@ -124,10 +147,10 @@ class StageAgent:
         self._embedder = embedder
         self._vectors = vectors
         self._max_bytes = settings.worker.max_message_bytes
-        self.final = agent is chain[-1]
-        self._next = None if self.final else input_topic(settings, chain[chain.index(agent) + 1])
-        self._through = AGENT_STAGES[agent][-1]
-        self._featurizer = Featurizer(settings) if agent is Agent.EXACT else None
+        self.final = hop[-1] is chain[-1]
+        self._next = None if self.final else input_topic(settings, chain[last + 1])
+        self._through = AGENT_STAGES[hop[-1]][-1]
+        self._featurizer = Featurizer(settings) if self.agent is Agent.EXACT else None
         if self.final and cascade.semantic and (embedder is None or vectors is None):
             raise ValueError("the semantic agent needs an embedder and a vector store")
 
@@ -138,11 +161,10 @@ class StageAgent:
         retries the whole batch: decisions are idempotent, so a retry repeats verdicts.
         """
         started = time.perf_counter()
-        metrics.BATCH_SIZE.labels(self.agent.value).observe(len(batch))
+        metrics.BATCH_SIZE.labels(self.name).observe(len(batch))
         out: list[Outgoing] = []
         docs: list[tuple[Document, int]] = []
-        for record in batch:
-            parsed = self._read(record)
+        for record, parsed in zip(batch, self._read_all(batch), strict=True):
             if isinstance(parsed, Rejection):
                 out.append(self._rejection(parsed, record))
             else:
@@ -160,11 +182,35 @@ class StageAgent:
                 out.append(self._forward(doc, received))
             else:
                 out.extend(self._verdict(decision.version or doc, received, decision, vector))
-        metrics.BATCH_SECONDS.labels(self.agent.value).observe(time.perf_counter() - started)
+        metrics.BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
         return out
 
+    def _read_all(self, batch: Sequence[Incoming]) -> list[tuple[Document, int] | Rejection]:
+        """Every record read, in order; never raises: whatever is wrong with a record becomes its rejection.
+
+        Raw articles are featurised a batch at a time (`Featurizer.parse_batch`), one call per
+        second of broker time: the features of an article without `published_at` depend on
+        its ingest time, which is its raw record's broker timestamp, so a redelivered record
+        gets the same features whatever batch it lands in.
+        """
+        if self._featurizer is None:
+            return [self._read(record) for record in batch]
+        by_second: dict[int, list[int]] = {}
+        for index, record in enumerate(batch):
+            by_second.setdefault(record.timestamp_ms // 1000, []).append(index)
+        read: dict[int, tuple[Document, int] | Rejection] = {}
+        for second, indexes in by_second.items():
+            try:
+                parsed = self._featurizer.parse_batch([batch[i].value for i in indexes], ingest_time=second)
+            except Exception:  # unforeseen: each record alone, so only the one at fault is rejected
+                read.update((i, self._read(batch[i])) for i in indexes)
+                continue
+            for i, doc in zip(indexes, parsed, strict=True):
+                read[i] = doc if isinstance(doc, Rejection) else (doc, batch[i].timestamp_ms)
+        return [read[i] for i in range(len(batch))]
+
     def _read(self, record: Incoming) -> tuple[Document, int] | Rejection:
-        """Never raises: whatever is wrong with a record becomes its rejection."""
+        """One record; never raises."""
         try:
             if self._featurizer is not None:
                 parsed = self._featurizer.parse(record.value, ingest_time=record.timestamp_ms // 1000)
@@ -184,7 +230,7 @@ class StageAgent:
                 f" {self._max_bytes:,} (worker.max_message_bytes); the document was not decided"
             )
             return self._rejection(Rejection(reason, orjson.dumps(doc.article)), None, doc.doc_id.encode())
-        metrics.FORWARDED.labels(self.agent.value).inc()
+        metrics.FORWARDED.labels(self.name).inc()
         return Outgoing(self._next, doc.doc_id.encode(), value)
 
     def _resolve_all(self, docs: list[tuple[Document, int]]) -> list[Decided]:
@@ -309,7 +355,7 @@ class StageAgent:
         if decision.candidates is not None and vector is not None and not decision.repeated:
             out.append(Outgoing(topics.candidates, key, self._candidates(link, doc, vector, decision.candidates)))
         if decision.repeated:
-            metrics.REPEATED.labels(self.agent.value).inc()
+            metrics.REPEATED.labels(self.name).inc()
             return out
         metrics.VERDICTS.labels(link.stage or "none", link.verdict).inc()
         metrics.LATENCY.observe(max(0.0, time.time() - received_ms / 1000))
@@ -334,8 +380,8 @@ class StageAgent:
 
     def _rejection(self, rejection: Rejection, record: Incoming | None, key: bytes | None = None) -> Outgoing:
         """An `articles.rejected` record; `record` None for a document rejected after it was parsed."""
-        metrics.REJECTED.labels(self.agent.value).inc()
-        origin: dict[str, Any] = {"agent": self.agent.value}
+        metrics.REJECTED.labels(self.name).inc()
+        origin: dict[str, Any] = {"agent": self.name}
         if record is not None:
             origin.update(topic=record.topic, partition=record.partition, offset=record.offset)
             key = record.key

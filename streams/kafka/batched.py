@@ -1,0 +1,83 @@
+"""Sending a worker's records a record batch per topic partition, with one future each.
+
+faust's `Topic.send` costs tens of microseconds a record (its message objects, callbacks and
+producer buffer on top of aiokafka's `send`, itself a future and a buffer lookup a record), and a
+worker sends one to three records per document: it was the largest single cost of the streaming
+path (docs/benchmarks.md). Here a batch's records are appended to an aiokafka `BatchBuilder` per
+topic partition, in order, and each builder is sent whole (`AIOKafkaProducer.send_batch`): the
+records still reach the same partitions (the default partitioner, murmur2 of the key, as Java
+clients and aiokafka's own `send`), in the same order per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+_PARTITIONER = DefaultPartitioner()
+
+
+class Record(Protocol):
+    @property
+    def topic(self) -> str: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes: ...
+
+
+R = TypeVar("R", bound=Record)
+
+
+async def send_batched(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int) -> list[R]:
+    """Send every record and wait until the broker has acknowledged each; the records refused
+    as too large (above `max_bytes`, or by the broker) come back. Any other failure raises."""
+    refused: list[R] = []
+    groups: dict[tuple[str, int], list[R]] = {}
+    partitions: dict[str, list[int]] = {}
+    for record in records:
+        if DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, []) > max_bytes:
+            refused.append(record)
+            continue
+        if record.topic not in partitions:
+            partitions[record.topic] = sorted(await producer.partitions_for(record.topic))
+        every = partitions[record.topic]
+        partition = _PARTITIONER(record.key, every, every)
+        groups.setdefault((record.topic, partition), []).append(record)
+    sent: list[tuple[asyncio.Future[object], list[R]]] = []
+    for (topic, partition), members in groups.items():
+        sent.extend(await _submit(producer, topic, partition, members))
+    results = await asyncio.gather(*(future for future, _ in sent), return_exceptions=True)
+    again: list[R] = []
+    for result, (_, members) in zip(results, sent, strict=True):
+        if isinstance(result, MessageSizeTooLargeError) and len(members) > 1:
+            again.extend(members)  # which record the broker refused: each alone, below
+        elif isinstance(result, MessageSizeTooLargeError):
+            refused.extend(members)
+        elif isinstance(result, BaseException):
+            raise result
+    for record in again:
+        refused.extend(await send_batched(producer, [record], max_bytes))
+    return refused
+
+
+async def _submit(
+    producer: AIOKafkaProducer, topic: str, partition: int, records: list[R]
+) -> list[tuple[asyncio.Future[object], list[R]]]:
+    """Queue `records` as one or more record batches (a builder holds `producer_max_batch_size`)."""
+    futures = []
+    batch, members = producer.create_batch(), []
+    for record in records:
+        if batch.append(key=record.key, value=record.value, timestamp=None) is None:  # full: send it, start anew
+            futures.append((await producer.send_batch(batch, topic, partition=partition), members))
+            batch, members = producer.create_batch(), []
+            batch.append(key=record.key, value=record.value, timestamp=None)  # the first record always fits
+        members.append(record)
+    futures.append((await producer.send_batch(batch, topic, partition=partition), members))
+    return futures
