@@ -83,13 +83,13 @@ def redis_state(stack: Stack, seqs: bool = True) -> dict[str, Any]:
                 fields[kind].update({(key, field): value for field, value in client.hgetall(key).items()})
     finally:
         client.close()
-    by_seq = {seq: entry[16:] for (_, seq), entry in fields["s"].items()}
+    by_seq = {seq: entry[20:] for (_, seq), entry in fields["s"].items()}
     return {
         "verdicts": {doc: value if seqs else value.partition(" ")[2] for (_, doc), value in fields["v"].items()},
         "exact": {place: holder for place, holder in fields["x"].items()},
         "canonicals": [by_seq[seq] for seq in sorted(by_seq, key=int)],
         "registered": sorted(doc for (_, doc) in fields["c"]),
-        "simhash": {entry[16:]: entry[:16] for entry in fields["s"].values()},
+        "simhash": {entry[20:]: entry[:16] for entry in fields["s"].values()},
         "bands": {place: sorted(by_seq[seq] for seq in value.split()) for place, value in fields["b"].items()},
         "groups": {doc: value for (_, doc), value in fields["g"].items()},
     }
