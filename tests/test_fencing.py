@@ -155,8 +155,8 @@ def test_the_lease_is_renewed_while_its_holder_works(client: redis.Redis, ntrex:
 def test_ids_with_any_character_survive_the_encoding(client: redis.Redis) -> None:
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     for doc_id in ["a\x1fb", "x y", '"q"', "১২৩", "\x1f\x1f", "7 [1]", "3;4;", "-"]:
-        store.exact_claim([URL_KEY + doc_id], doc_id)
-        store.add_canonical(doc_id, 0xFFFF_0000_1234_ABCD, "en", (1, 2, 3, 4))
+        store.exact_claim([URL_KEY + doc_id], doc_id, 0)
+        store.add_canonical(doc_id, 0xFFFF_0000_1234_ABCD, "en", (1, 2, 3, 4), 0)
         store.record_verdict(Link(doc_id, Verdict.DUPLICATE, doc_id + "\x1f", Stage.SIMHASH, 2.0, "m\x1f"))
         assert store.verdict_of(doc_id) == Link(doc_id, Verdict.DUPLICATE, doc_id + "\x1f", Stage.SIMHASH, 2.0, "m\x1f")
     found = {c.doc_id: c.simhash for c in store.band_candidates("en", (1, 9, 9, 9))}
