@@ -114,7 +114,8 @@ class BatchedState:
                 link = self._verdicts.get(doc_id)
                 if link is not None:
                     standing[doc_id] = replace(link, seq=seq)
-            self._sweep(lease, applied.clock)
+            if writes:
+                self._sweep(lease, applied.clock)
             return {doc_id: link for doc_id, link in standing.items() if link is not None}
         finally:
             self.reset()
