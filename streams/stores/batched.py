@@ -87,7 +87,8 @@ class BatchedState:
         then the verdicts of the key holders and the group sizes of every canonical found."""
         self.reset()
         backend = self._backend
-        self._verdicts.update(backend.verdicts_of(_unique(reads.doc_ids)))
+        self._stored_clock, verdicts = backend.verdicts_at(_unique(reads.doc_ids))
+        self._verdicts.update(verdicts)
         keys = _unique(reads.exact_keys)
         found = backend.exact_lookup(keys)
         self._exact.update({key: found.get(key) for key in keys})
@@ -137,7 +138,8 @@ class BatchedState:
     # Retention
 
     def clock(self) -> int:
-        """The clock this batch decides at: the stored one, or the newest stamp written since."""
+        """The clock this batch decides at: the stored one (read with the warm-up's verdicts), or the newest
+        stamp written since."""
         if self._stored_clock is None:
             self._stored_clock = self._backend.clock()
         return max(self._stored_clock, self._newest)

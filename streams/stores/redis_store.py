@@ -454,9 +454,9 @@ class RedisStateStore:
 
     def verdicts_of(self, doc_ids: Sequence[str]) -> dict[str, Link | None]:
         """The verdicts of many documents in one round trip (None: not decided, or past its retention)."""
-        return self._verdicts_at(doc_ids)[1] if doc_ids else {}
+        return self.verdicts_at(doc_ids)[1] if doc_ids else {}
 
-    def _verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None]]:
+    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None]]:
         """The clock and the verdicts read at it, in one round trip."""
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
         verdicts = {}
@@ -667,7 +667,7 @@ class RedisStateStore:
             closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
             replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
             targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
-            clock, stored = self._verdicts_at([*closing, *targets])
+            clock, stored = self.verdicts_at([*closing, *targets])
             decided = {doc_id: stored[doc_id] for doc_id in closing}
             for doc_id, expected in replacing.items():
                 if decided.pop(doc_id) != expected:
