@@ -26,7 +26,6 @@ from streams.evaluation.corpus import NtrexDocument
 from streams.evaluation.services import LocalKafka, LocalRedis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.kafka.replay import replay_links
-from streams.stores.redis_store import RedisStateStore
 from tests.test_streaming_faults import _copies
 
 
@@ -166,7 +165,7 @@ def test_guarantees_hold_through_a_stall_restarts_and_hostile_input(
     # Replay into empty stores gives back exactly the live state.
     client = redis.Redis.from_url(aof_redis.url, decode_responses=True)
     copy = f"{stack.name}-replayed:"
-    stats = replay_links(stack.settings(), RedisStateStore(client, copy), None)
+    stats = replay_links(stack.settings(), client, None, prefix=copy)
     assert not stats.bad and stats.documents == len(ids)
     assert redis_state(client, copy) == redis_state(client, f"{stack.name}:")
     client.close()

@@ -106,7 +106,7 @@ def test_replay_into_a_qdrant_server_and_another_redis_namespace(stack: Stack) -
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
     state = RedisStateStore(client, f"{stack.name}-copy:")
     vectors = QdrantVectorStore(QdrantClient(location=":memory:"))
-    stats = replay_links(settings, state, vectors)
+    stats = replay_links(settings, client, vectors, prefix=f"{stack.name}-copy:")
     assert stats.documents == len(stream) and stats.restored == len(stream) and not stats.bad
     model = make_embedder(settings.semantic).model_id
     assert vectors.client.count(collection_name(vectors.prefix, model)).count == embedded
@@ -139,7 +139,7 @@ def test_every_embedded_canonical_keeps_its_vector_through_redeliveries(stack: S
     settings = stack.settings()
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
     vectors = QdrantVectorStore(QdrantClient(location=":memory:"))
-    replay_links(settings, RedisStateStore(client, f"{stack.name}-copy:"), vectors)
+    replay_links(settings, client, vectors, prefix=f"{stack.name}-copy:")
     model = make_embedder(settings.semantic).model_id
     assert vectors.client.count(collection_name(vectors.prefix, model)).count == len(embedded)
     client.close()

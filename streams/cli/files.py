@@ -94,14 +94,18 @@ def replay_command(
     ] = None,
     state: Annotated[Path | None, typer.Option(help="State folder to rebuild from files (created if absent).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+    batch: Annotated[
+        int, typer.Option(min=1, help="Links restored into Redis per transaction (from the links topic).")
+    ] = 2_000,
 ) -> None:
     """Rebuild state from published links; idempotent.
 
     With files: an embedded state folder (--state). Without: Redis and the vector store
-    of the workers (DEDUP_REDIS_URL, DEDUP_QDRANT_URL) from the links topic on DEDUP_KAFKA_BOOTSTRAP.
+    of the workers (DEDUP_REDIS_URL, DEDUP_QDRANT_URL) from the links topic on DEDUP_KAFKA_BOOTSTRAP;
+    interrupted, the same command resumes after the last batch restored.
     """
     if not links:
-        _replay_kafka(quiet)
+        _replay_kafka(quiet, batch)
         return
     if state is None:
         raise ValueError("replaying files rebuilds a state folder: give --state DIR")
@@ -119,25 +123,24 @@ def replay_command(
     )
 
 
-def _replay_kafka(quiet: bool) -> None:
+def _replay_kafka(quiet: bool, batch: int) -> None:
     from streams.kafka.replay import replay_links
     from streams.service.resources import redis_client, vector_store
-    from streams.stores.redis_store import RedisStateStore
 
     settings = Settings()
     client = redis_client(settings)
-    state = RedisStateStore(client, settings.redis_prefix, retention=settings.retention)
     vectors = vector_store(settings) if settings.qdrant_url or Stage.SEMANTIC in settings.stages else None
     try:
         with progress_bar(quiet, records=True) as progress:
-            stats = replay_links(settings, state, vectors, PhaseProgress(progress))
+            stats = replay_links(settings, client, vectors, PhaseProgress(progress), batch=batch)
     finally:
         client.close()
         if vectors is not None and hasattr(vectors, "close"):
             vectors.close()
     replay_report(
         f"replayed {stats.read} records of {settings.topics.links} ({stats.documents} documents):"
-        f" {stats.restored} restored, {stats.already_there} already there, {len(stats.bad)} unreadable",
+        f" {stats.restored} restored, {stats.already_there} already there, {len(stats.bad)} unreadable"
+        + (f"; resumed after {stats.resumed} restored before the interruption" if stats.resumed else ""),
         stats.bad,
         quiet,
     )

@@ -8,20 +8,62 @@ the verdict; not a wall clock, which differs between hosts and is the re-send
 time of a re-sent link), which gives back first-seen order to the SimHash band
 sets and with it every tie; restoring is idempotent. Links without `seq` (written
 before it existed) come first, by `linked_at`.
+
+Memory stays bounded whatever the topic holds. `seq` order is not partition
+order (a worker may send an older decision after a newer one, and documents are
+spread over partitions by id), so the records cannot be merged as they stream
+by: the first pass keeps every document's latest record in a temporary SQLite
+file (`LatestLinks`), and the second reads it back in `seq` order through an
+index. In memory at any time: one chunk of records read and one batch restored.
+
+Restoring goes through `BatchedState` one batch at a time: the batch's reads in
+one warm-up, each link restored against that snapshot, every write in one
+transaction under the registration lease (live workers write under it too).
+After each batch the order key of its last link is stored (`{prefix}replay`), so
+an interrupted replay run again restores only what comes after it; a replay that
+completes removes it. The checkpoint is written right after the batch's
+transaction, not inside it (`RedisStateStore.apply` takes no extra write): a kill
+between the two restores that batch again, which finds every link already there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Protocol
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
+import redis
 
-from streams.config import Settings
-from streams.core.ports import StateStore, VectorStore
+from streams.config import RetentionSettings, Settings
+from streams.core.cascade import CONTENT_KEY, URL_KEY
+from streams.core.model import Verdict
+from streams.core.ports import Reads, VectorStore
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.kafka.journal import read_to_end
 from streams.records.output import read_link_record
+from streams.stores.batched import BatchedState
+from streams.stores.redis_lock import LeaseLost, RedisLock
+from streams.stores.redis_store import RedisStateStore
+
+BATCH = 2_000
+"""Links restored per transaction: round trips amortised, the lease held well under a second."""
+CHUNK = 2_000
+CHUNK_BYTES = 16 << 20
+"""Records (and bytes of them) read from the topic before they are folded into the on-disk index."""
+CACHE_KIB = 64 * 1024
+"""SQLite page cache of the index: the bound on what it holds in memory."""
+RETRIES = 3
+"""Attempts at a batch whose lease expired before it was written."""
+SWEEP_LIMIT = 10_000
+"""Expired entries removed per sweep call once the links are restored."""
+
+Order = tuple[int, int, str, int, int]
+"""(has seq, seq, linked_at, partition, offset): the decision order of a document's record."""
 
 
 class Progress(Protocol):
@@ -38,57 +80,289 @@ class KafkaReplayStats(ReplayStats):
     """Documents among the records read (the latest record of each is restored)."""
     vectors_skipped: int = 0
     """Embedded canonicals whose vectors had nowhere to go (no vector store configured)."""
+    resumed: int = 0
+    """Documents an interrupted replay had restored already (before its checkpoint): not restored again."""
 
 
-def read_links(settings: Settings, stats: KafkaReplayStats, progress: Progress | None = None) -> list[Recorded]:
-    """The latest link of every document, in decision order."""
-    latest: dict[str, tuple[tuple[int, int, str, int, int], Recorded]] = {}
+@dataclass(slots=True)
+class _Read:
+    order: Order
+    value: bytes
+    """The record as read (JSON): bytes take less memory than the parsed record and its vector."""
+    recorded: Recorded
+
+
+def _newest(kept: _Read | None, read: _Read) -> _Read:
+    """The later of two records of a document. A re-send of the same verdict may lack what the other
+    carries (a vector and its facts, a relink's keys): the later one keeps them."""
+    if kept is None:
+        return read
+    newer, older = (read, kept) if kept.order < read.order else (kept, read)
+    if newer.recorded.link != older.recorded.link:
+        return newer
+    lacks_vector = newer.recorded.vector is None and older.recorded.vector is not None
+    lacks_keys = newer.recorded.keys is None and older.recorded.keys is not None
+    if not (lacks_vector or lacks_keys):
+        return newer
+    record, other = orjson.loads(newer.value), orjson.loads(older.value)
+    if lacks_vector:
+        record["vector"] = other["vector"]
+        if record.get("facts") is None and other.get("facts") is not None:
+            record["facts"] = other["facts"]
+    if lacks_keys:
+        record["keys"] = other["keys"]
+    return _Read(newer.order, orjson.dumps(record), read_link_record(record))
+
+
+class LatestLinks:
+    """The latest record of every document, in a temporary SQLite file; read back in decision order.
+
+    Memory: one chunk of records being folded in, and SQLite's page cache (`CACHE_KIB`).
+    Disk: the documents' latest records (about the size of the compacted topic), removed by `close`.
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        """`folder`: where the temporary file goes (default: TMPDIR)."""
+        self._dir = tempfile.mkdtemp(prefix="dedup-replay-", dir=folder)
+        self._db = sqlite3.connect(Path(self._dir) / "latest.sqlite3", isolation_level=None)
+        self._db.executescript(
+            f"""
+            PRAGMA journal_mode = OFF;
+            PRAGMA synchronous = OFF;
+            PRAGMA cache_size = -{CACHE_KIB};
+            PRAGMA temp_store = FILE;
+            CREATE TABLE latest (
+                doc_id TEXT PRIMARY KEY, has_seq INTEGER, seq INTEGER, linked_at TEXT,
+                part INTEGER, off INTEGER, value BLOB
+            );
+            """
+        )
+        self._pending: dict[str, _Read] = {}
+        self._pending_bytes = 0
+        self._indexed = False
+
+    def close(self) -> None:
+        self._db.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def add(self, read: _Read) -> None:
+        """Fold one record in: it replaces its document's record if it is later (`_newest`)."""
+        doc_id = read.recorded.link.doc_id
+        self._pending[doc_id] = _newest(self._pending.get(doc_id), read)
+        self._pending_bytes += len(read.value)
+        if len(self._pending) >= CHUNK or self._pending_bytes >= CHUNK_BYTES:
+            self._fold()
+
+    def _fold(self) -> None:
+        pending, self._pending, self._pending_bytes = self._pending, {}, 0
+        if not pending:
+            return
+        ids = list(pending)
+        stored: dict[str, _Read] = {}
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self._db.execute(
+                "SELECT has_seq, seq, linked_at, part, off, value FROM latest"
+                f" WHERE doc_id IN ({','.join('?' * len(part))})",
+                part,
+            )
+            for *order, value in rows:
+                read = _Read(tuple(order), value, read_link_record(orjson.loads(value)))  # type: ignore[arg-type]
+                stored[read.recorded.link.doc_id] = read
+        rows = []
+        for doc_id, read in pending.items():
+            kept = stored.get(doc_id)
+            newest = _newest(kept, read)
+            if newest is not kept:
+                rows.append((doc_id, *newest.order, newest.value))
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT OR REPLACE INTO latest VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self._db.execute("COMMIT")
+
+    def __len__(self) -> int:
+        self._fold()
+        return int(self._db.execute("SELECT COUNT(*) FROM latest").fetchone()[0])
+
+    def _index(self) -> None:
+        self._fold()
+        if not self._indexed:
+            self._db.execute("CREATE INDEX decision_order ON latest (has_seq, seq, linked_at, part, off)")
+            self._indexed = True
+
+    def count_through(self, order: Order) -> int:
+        """How many documents come at or before `order`."""
+        self._index()
+        query = "SELECT COUNT(*) FROM latest WHERE (has_seq, seq, linked_at, part, off) <= (?, ?, ?, ?, ?)"
+        return int(self._db.execute(query, order).fetchone()[0])
+
+    def ordered(self, after: Order | None = None) -> Iterator[tuple[Order, dict[str, Any]]]:
+        """Every document's latest record in decision order (only those after `after` when given)."""
+        self._index()
+        where = "WHERE (has_seq, seq, linked_at, part, off) > (?, ?, ?, ?, ?)" if after is not None else ""
+        rows = self._db.execute(
+            f"SELECT has_seq, seq, linked_at, part, off, value FROM latest {where}"
+            " ORDER BY has_seq, seq, linked_at, part, off",
+            after or (),
+        )
+        for *order, value in rows:
+            yield tuple(order), orjson.loads(value)  # type: ignore[misc]
+
+
+def read_links(
+    settings: Settings, stats: KafkaReplayStats, progress: Progress | None = None, folder: str | None = None
+) -> LatestLinks:
+    """The latest link of every document of `dedup.links`, on disk (close it when done)."""
     topic = settings.topics.links
     on_total = (lambda total: progress.start(f"reading {topic}", total)) if progress is not None else None
-    for message in read_to_end(settings, topic, on_total):
-        partition, offset = message.partition(), message.offset()
-        stats.read += 1
-        if progress is not None:
-            progress.advance(1)
-        try:
-            record = orjson.loads(message.value() or b"")
-            recorded = read_link_record(record)
-            seq = recorded.link.seq
-            order = (seq is not None, seq or 0, str(record["linked_at"]), partition, offset)
-        except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
-            stats.bad.append(f"{topic}[{partition}]@{offset}: {type(exc).__name__}: {exc}")
-            continue
-        doc_id = recorded.link.doc_id
-        kept = latest.get(doc_id)
-        if kept is None or kept[0] < order:
-            if kept is not None and kept[1].link == recorded.link:
-                # A re-send of the same verdict: it may lack the vector, and a relink's keys.
-                vector = kept[1].vector if recorded.vector is None else recorded.vector
-                keys = kept[1].keys if recorded.keys is None else recorded.keys
-                recorded = replace(recorded, vector=vector, keys=keys)
-            latest[doc_id] = (order, recorded)
-    return [recorded for _, recorded in sorted(latest.values(), key=lambda entry: entry[0])]
+    latest = LatestLinks(folder)
+    unreported = 0
+    try:
+        for message in read_to_end(settings, topic, on_total):
+            partition, offset = message.partition(), message.offset()
+            stats.read += 1
+            unreported += 1
+            if progress is not None and unreported >= 1000:
+                progress.advance(unreported)
+                unreported = 0
+            try:
+                record = orjson.loads(message.value() or b"")
+                recorded = read_link_record(record)
+                seq = recorded.link.seq
+                order = (int(seq is not None), seq or 0, str(record["linked_at"]), partition, offset)
+            except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+                stats.bad.append(f"{topic}[{partition}]@{offset}: {type(exc).__name__}: {exc}")
+                continue
+            latest.add(_Read(order, message.value() or b"", recorded))
+        if progress is not None and unreported:
+            progress.advance(unreported)
+        stats.documents = len(latest)
+    except BaseException:
+        latest.close()
+        raise
+    return latest
+
+
+class ReplayState(BatchedState):
+    """`BatchedState` that also warms the group sizes a batch of links grows: `warm` loads only those of
+    the canonicals it finds through exact keys and bands, and a link found by SimHash or meaning names
+    its canonical in neither, which would cost a round trip per link."""
+
+    def warm_groups(self, canonical_ids: Iterable[str]) -> None:
+        missing = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups]
+        if missing:
+            self._groups.update(self._backend.group_sizes(missing))
+
+
+class Restorer:
+    """Restores links into Redis a batch at a time, each in one transaction under the registration lease,
+    with the checkpoint that lets an interrupted replay resume."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        vectors: VectorStore | None,
+        retention: RetentionSettings,
+        lock_ttl_s: float,
+    ) -> None:
+        self.state = RedisStateStore(client, prefix, retention=retention)
+        self._batched = ReplayState(self.state)
+        self._client = client
+        self._vectors = vectors
+        self._retention = retention
+        self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s)
+        self._checkpoint = f"{prefix}replay"
+
+    def checkpoint(self) -> Order | None:
+        """The order key of the last link an interrupted replay restored (None: start from the beginning)."""
+        value = self._client.get(self._checkpoint)
+        return tuple(orjson.loads(value)) if value else None  # type: ignore[return-value]
+
+    def done(self) -> None:
+        """The replay completed: the sweep's pass for the clock's day completed, as the workers complete it
+        (what replayed links left past its retention is removed), and the checkpoint removed (a later
+        replay checks every link again)."""
+        while True:
+            with self._lock.held() as lease:
+                if self.state.sweep(SWEEP_LIMIT, lease).done:
+                    break
+        self._client.delete(self._checkpoint)
+
+    def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool]:
+        """Restore `batch` (in decision order) in one transaction; then store `last` as the checkpoint.
+        Returns, per link, whether it was restored (False: it was there already)."""
+        reads = Reads(
+            doc_ids=[r.link.doc_id for r in batch],
+            exact_keys=[key for r in batch for key in (URL_KEY + r.url_hash, CONTENT_KEY + r.content_hash)],
+            band_queries=[],
+        )
+        grown = [r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE]
+        for attempt in range(RETRIES):
+            try:
+                with self._lock.held() as lease:
+                    self._batched.warm(reads)
+                    self._batched.warm_groups(grown)
+                    done = [restore(r, self._batched, self._vectors, self._retention) for r in batch]
+                    self._batched.flush(lease)
+                break
+            except LeaseLost:
+                self._batched.reset()
+                if attempt + 1 == RETRIES:
+                    raise
+        if last is not None:
+            self._client.set(self._checkpoint, orjson.dumps(last))
+        return done
 
 
 def replay_links(
     settings: Settings,
-    state: StateStore,
+    client: redis.Redis,
     vectors: VectorStore | None,
     progress: Progress | None = None,
+    prefix: str | None = None,
+    batch: int = BATCH,
 ) -> KafkaReplayStats:
-    """Read `dedup.links` and restore every document's latest link into `state` and `vectors`."""
+    """Read `dedup.links` and restore every document's latest link into Redis (under `prefix`, default
+    the configured one) and `vectors`; resumes after the last batch an interrupted replay restored.
+
+    RuntimeError in one line when Redis or the broker cannot be reached.
+    """
+    prefix = settings.redis_prefix if prefix is None else prefix
+    restorer = Restorer(client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s)
+    try:
+        resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
+    except redis.RedisError as exc:
+        raise RuntimeError(f"cannot reach Redis: {exc}") from None
     stats = KafkaReplayStats()
-    records = read_links(settings, stats, progress)
-    stats.documents = len(records)
-    if progress is not None:
-        progress.start("restoring state", len(records))
-    for recorded in records:
+    latest = read_links(settings, stats, progress)
+    try:
+        if resume_at is not None:
+            stats.resumed = latest.count_through(resume_at)
         if progress is not None:
-            progress.advance(1)
-        if vectors is None and recorded.vector is not None:
-            stats.vectors_skipped += 1
-        if restore(recorded, state, vectors):
-            stats.restored += 1
-        else:
-            stats.already_there += 1
+            progress.start("restoring state", stats.documents - stats.resumed)
+        for chunk in _batches(latest.ordered(resume_at), batch):
+            records = [read_link_record(record) for _, record in chunk]
+            for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
+                if vectors is None and recorded.vector is not None and recorded.link.verdict.canonical:
+                    stats.vectors_skipped += restored
+                stats.restored += restored
+                stats.already_there += not restored
+            if progress is not None:
+                progress.advance(len(chunk))
+        restorer.done()
+    except redis.ConnectionError as exc:
+        raise RuntimeError(f"lost Redis while restoring (run again to resume): {exc}") from None
+    finally:
+        latest.close()
     return stats
+
+
+def _batches(items: Iterable[tuple[Order, dict[str, Any]]], size: int) -> Iterator[list[tuple[Order, dict[str, Any]]]]:
+    batch: list[tuple[Order, dict[str, Any]]] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,145 @@
+"""`dedup replay` at scale: batched, resumable after a kill, in memory that does not grow with the topic.
+
+The links are generated (`benchmarks/replay_speed.py` `link_records`): canonicals, duplicates of every
+stage, re-sends without the vector, relinks, old records without `seq`, sent out of decision order
+over three partitions, and one unreadable record. The reference state is what restoring one link at a
+time in decision order gives (the replay before batching, which tests/test_streaming_guarantees.py
+checks against live workers), with the clock moved as the workers move it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+import streams.kafka.replay as kafka_replay
+from benchmarks.replay_speed import keys, link_records, produce
+from streams.config import Settings
+from streams.core.replay import restore
+from streams.evaluation.stack import Stack
+from streams.kafka.replay import read_links, replay_links
+from streams.records.output import read_link_record
+from streams.stores.redis_store import RedisStateStore
+
+LINKS = 3_000
+Records = list[tuple[str, dict[str, Any]]]
+
+
+@pytest.fixture
+def stack(make_stack: Callable[[str], Stack]) -> Stack:
+    made = make_stack("url,content,simhash")
+    made.partitions = 3
+    made.create_topics()
+    return made
+
+
+def _publish(stack: Stack, count: int, dim: int = 0) -> Records:
+    records = list(link_records(count, seed=count, dim=dim))
+    produce(stack.bootstrap, stack.settings().topics.links, iter(records))
+    return records
+
+
+def _reference(records: Records, client: redis.Redis, prefix: str, settings: Settings) -> dict[str, Any]:
+    """Each document's latest record restored one at a time, in decision order, the clock moved with it."""
+    latest: dict[str, tuple[tuple[bool, int, str], dict[str, Any]]] = {}
+    for doc_id, record in records:
+        order = ("seq" in record, record.get("seq", 0), record["linked_at"])
+        if doc_id not in latest or latest[doc_id][0] < order:
+            latest[doc_id] = (order, record)
+    state = RedisStateStore(client, prefix, retention=settings.retention)
+    for _, record in sorted(latest.values(), key=lambda entry: entry[0]):
+        recorded = read_link_record(record)
+        restore(recorded, state, None, settings.retention)
+        state.advance(recorded.published_at)
+    return _state(client, prefix)
+
+
+def _state(client: redis.Redis, prefix: str) -> dict[str, Any]:
+    """Every key and value under `prefix` but the lease and the sweep cursor (housekeeping's progress, which
+    depends on where batches end; nothing expires within these links' one day of stream time)."""
+    return keys(client, prefix, ignore=("sweep",))
+
+
+def test_a_batched_replay_gives_the_state_of_one_link_at_a_time(stack: Stack) -> None:
+    records = _publish(stack, LINKS)
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+
+    stats = replay_links(settings, client, None, prefix=f"{stack.name}:", batch=128)
+    assert (stats.read, stats.documents, stats.restored, len(stats.bad)) == (len(records) + 1, LINKS, LINKS, 1)
+    assert "JSONDecodeError" in stats.bad[0]
+    assert _state(client, f"{stack.name}:") == expected
+    again = replay_links(settings, client, None, prefix=f"{stack.name}:", batch=128)  # idempotent
+    assert (again.restored, again.already_there, again.resumed) == (0, LINKS, 0)
+    assert _state(client, f"{stack.name}:") == expected
+    client.close()
+
+
+def test_a_killed_replay_run_again_resumes_and_ends_in_the_same_state(stack: Stack) -> None:
+    records = _publish(stack, LINKS)
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+    checkpoint = f"{stack.name}:replay"
+    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
+    env = {**os.environ, **stack.env()}
+
+    replay = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not client.exists(checkpoint) and replay.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    replay.send_signal(signal.SIGKILL)
+    replay.wait(timeout=30)
+    assert client.exists(checkpoint), "the replay was not stopped part of the way through"
+    part = _state(client, f"{stack.name}:")
+    assert any(name.startswith("v:") for name in part) and part != expected
+
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=True)
+    report = " ".join(done.stderr.split())
+    counts = re.search(r"(\d+) restored, (\d+) already there, 1 unreadable; resumed after (\d+)", report)
+    assert counts is not None, report
+    restored, already, resumed = map(int, counts.groups())
+    assert 0 < resumed < LINKS and restored + already == LINKS - resumed, report
+    assert already <= 20, report  # at most the batch whose checkpoint the kill prevented
+    assert not client.exists(checkpoint)  # done: a later replay checks every link again
+    assert _state(client, f"{stack.name}:") == expected
+    client.close()
+
+
+def _peak_bytes(settings: Settings) -> int:
+    """The most memory Python held while reading the topic and going through it in decision order."""
+    tracemalloc.start()
+    try:
+        latest = read_links(settings, kafka_replay.KafkaReplayStats())
+        try:
+            for _ in latest.ordered():
+                pass
+        finally:
+            latest.close()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_the_topic(
+    stack: Stack, make_stack: Callable[[str], Stack], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records with vectors; the index holds one chunk of them in memory at a time, whatever the topic holds."""
+    large = make_stack("url,content,simhash")
+    large.create_topics()
+    _publish(stack, 1_000, dim=128)
+    _publish(large, 2_000, dim=128)
+    monkeypatch.setattr(kafka_replay, "CHUNK", 250)
+    at_n, at_2n = _peak_bytes(stack.settings()), _peak_bytes(large.settings())
+    assert at_2n < 1.25 * at_n, (at_n, at_2n)
