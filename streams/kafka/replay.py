@@ -57,8 +57,6 @@ CHUNK_BYTES = 16 << 20
 """Records (and bytes of them) read from the topic before they are folded into the on-disk index."""
 CACHE_KIB = 64 * 1024
 """SQLite page cache of the index: the bound on what it holds in memory."""
-RETRIES = 3
-"""Attempts at a batch whose lease expired before it was written."""
 SWEEP_LIMIT = 10_000
 """Expired entries removed per sweep call once the links are restored."""
 
@@ -255,7 +253,12 @@ class ReplayState(BatchedState):
 
 class Restorer:
     """Restores links into Redis a batch at a time, each in one transaction under the registration lease,
-    with the checkpoint that lets an interrupted replay resume."""
+    with the checkpoint that lets an interrupted replay resume.
+
+    The lease of a batch is not renewed: a renewal (PEXPIRE) changes the lease key, which aborts the
+    transaction that WATCHes it (`RedisStateStore.apply`), so a batch that spans a renewal would be
+    refused although the lease was never lost. A batch that outlasts the lease (a loaded host) is
+    refused by the fence instead, and restored again in two halves."""
 
     def __init__(
         self,
@@ -270,7 +273,9 @@ class Restorer:
         self._client = client
         self._vectors = vectors
         self._retention = retention
-        self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s)
+        self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False)
+        self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s)
+        """Renewed: the sweep checks its lease inside each script, not by WATCH."""
         self._checkpoint = f"{prefix}replay"
 
     def checkpoint(self) -> Order | None:
@@ -283,35 +288,39 @@ class Restorer:
         (what replayed links left past its retention is removed), and the checkpoint removed (a later
         replay checks every link again)."""
         while True:
-            with self._lock.held() as lease:
+            with self._sweep_lock.held() as lease:
                 if self.state.sweep(SWEEP_LIMIT, lease).done:
                     break
         self._client.delete(self._checkpoint)
 
     def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool]:
-        """Restore `batch` (in decision order) in one transaction; then store `last` as the checkpoint.
+        """Restore `batch` (in decision order); then store `last` as the checkpoint.
         Returns, per link, whether it was restored (False: it was there already)."""
+        done = self._restore(batch)
+        if last is not None:
+            self._client.set(self._checkpoint, orjson.dumps(last))
+        return done
+
+    def _restore(self, batch: list[Recorded]) -> list[bool]:
+        """`batch` in one transaction; in halves (and so on) while the lease runs out before it is written."""
         reads = Reads(
             doc_ids=[r.link.doc_id for r in batch],
             exact_keys=[key for r in batch for key in (URL_KEY + r.url_hash, CONTENT_KEY + r.content_hash)],
             band_queries=[],
         )
-        grown = [r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE]
-        for attempt in range(RETRIES):
-            try:
-                with self._lock.held() as lease:
-                    self._batched.warm(reads)
-                    self._batched.warm_groups(grown)
-                    done = [restore(r, self._batched, self._vectors, self._retention) for r in batch]
-                    self._batched.flush(lease)
-                break
-            except LeaseLost:
-                self._batched.reset()
-                if attempt + 1 == RETRIES:
-                    raise
-        if last is not None:
-            self._client.set(self._checkpoint, orjson.dumps(last))
-        return done
+        try:
+            with self._lock.held() as lease:
+                self._batched.warm(reads)
+                self._batched.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
+                done = [restore(r, self._batched, self._vectors, self._retention) for r in batch]
+                self._batched.flush(lease)
+            return done
+        except LeaseLost:
+            self._batched.reset()
+            if len(batch) == 1:
+                raise
+            half = len(batch) // 2
+            return self._restore(batch[:half]) + self._restore(batch[half:])
 
 
 def replay_links(
