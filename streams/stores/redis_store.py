@@ -91,6 +91,8 @@ _DAY_HEX = 4
 _DAY_MAX = 0xFFFF
 _GROUP_DAY = 1 << 16
 """A group size is one integer, members * 65536 + day: a listpack keeps it in 4 bytes, a string would take 7."""
+_WRITE_ATTEMPTS = 3
+"""Transactions tried for one batch while only the renewal of its own lease ends their WATCH."""
 _SWEEP_BUCKETS = 256
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 20_000
@@ -655,15 +657,29 @@ class RedisStateStore:
         document linked to one that is no canonical by now (a relink linked it back) is
         `StaleSnapshot` too: the batch was resolved on a snapshot read before that; one
         whose verdict has passed its retention is still the canonical its exact keys name.
-        EXEC fails if the lease key changed or expired meanwhile: `LeaseLost` again.
+        EXEC fails if the lease key changed or expired meanwhile: `LeaseLost` again (a change
+        that leaves the lease ours, its renewal, has the batch checked and written again).
 
         The clock moves to the batch's newest stamp first, in the same transaction; a write
         without a `published_at` is stamped with that clock.
         """
         groups = _by_document(writes)
-        applied = Applied()
         if not groups:
-            return applied
+            return Applied()
+        attempts = _WRITE_ATTEMPTS
+        while True:
+            try:
+                return self._apply(groups, fence, exact)
+            except redis.WatchError:
+                # EXEC wrote nothing. Renewing the lease (PEXPIRE) ends a WATCH as a new holder would:
+                # while the lease is still ours, the batch is checked and written again.
+                attempts -= 1
+                if attempts == 0 or self._redis.get(fence.key) != fence.token:
+                    raise LeaseLost(f"lease {fence.key} expired while the batch was being written") from None
+
+    def _apply(self, groups: list[tuple[str | None, list[Write]]], fence: Lease, exact: bool) -> Applied:
+        """`apply`, once: `redis.WatchError` when the lease key changed before EXEC."""
+        applied = Applied()
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.watch(fence.key)
             if pipe.get(fence.key) != fence.token:
@@ -690,7 +706,8 @@ class RedisStateStore:
                 if now is not None and not now.verdict.canonical:
                     raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
             wall = time.time()
-            stamps = [clamped(p, wall) for p in map(_published_at, writes) if p is not None]
+            written = (write for _, group in groups for write in group)
+            stamps = [clamped(p, wall) for p in map(_published_at, written) if p is not None]
             applied.clock = max([clock, *stamps])
             pipe.multi()
             self._advance(keys=[self._clock], args=[applied.clock], client=pipe)
@@ -702,10 +719,7 @@ class RedisStateStore:
                     self._queue_write(pipe, write, applied.clock)
                     closes = isinstance(write, VerdictWrite | ReplaceVerdictWrite)
                     recorded.append(write.link.doc_id if closes else None)
-            try:
-                results = pipe.execute()
-            except redis.WatchError:
-                raise LeaseLost(f"lease {fence.key} expired while the batch was being written") from None
+            results = pipe.execute()
         applied.clock = max(applied.clock, int(results[0]))
         seqs = zip(recorded, results[1:], strict=True)
         applied.seqs = {doc_id: int(seq) for doc_id, seq in seqs if doc_id and seq}
