@@ -23,6 +23,7 @@ data for a full retention from then on.
 from __future__ import annotations
 
 import hashlib
+import math
 import sqlite3
 import time
 from collections import defaultdict
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.config import RetentionSettings
-from streams.core.model import Canonical, Link, Stage, Verdict, clamped, expired, keep_seconds
+from streams.core.model import Canonical, Link, Stage, Verdict, clamped, keep_seconds
 from streams.core.ports import Reads
 
 _SCHEMA = """
@@ -56,6 +57,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) 
 _FAMILIES = {"verdicts": "doc_id", "exact_keys": "key", "canonicals": "seq", "groups": "canonical_id"}
 """Each table of a key family, with the column that names a row (for deleting by stamp)."""
 _STAMP_INDEXES = "".join(f"CREATE INDEX IF NOT EXISTS {t}_stamp ON {t} (stamp);" for t in _FAMILIES)
+_NEVER = 1 << 62
+"""Later than any `published_at`: clamped, it is the latest stamp the wall clock allows."""
 _SIGN = 1 << 63
 _IN_LIMIT = 512
 """Values bound in one `IN (...)` (SQLite allows 32,766 since 3.32; older builds 999)."""
@@ -111,7 +114,12 @@ class SqliteStateStore:
         )
         self._db.executescript(_STAMP_INDEXES)
         row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
-        self._clock: int = 0 if row is None else row[0]
+        self._clock = 0
+        self._since: dict[str, float] = {}
+        """Per family, the oldest stamp still visible at the clock (set by `advance`)."""
+        self._ceiling = 0
+        """The latest stamp a write may carry: the wall clock plus a day, when the clock last moved."""
+        self.advance(0 if row is None else row[0])
         self._next_seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM canonicals").fetchone()[0]
         self._verdicts: dict[str, Link] = {}
         self._exact: dict[str, tuple[str, int | None]] = {}
@@ -193,6 +201,8 @@ class SqliteStateStore:
     def advance(self, published_at: int) -> int:
         """Move the stream's clock forward (never back); written to the file at `commit`."""
         self._clock = max(self._clock, int(published_at))
+        self._since = {table: self._clock - keep if keep else -math.inf for table, keep in self._keep.items()}
+        self._ceiling = clamped(_NEVER, time.time())
         return self._clock
 
     def expire(self, limit: int = 10_000) -> int:
@@ -211,8 +221,9 @@ class SqliteStateStore:
         return removed
 
     def _alive(self, stamp: int | None, table: str) -> bool:
-        """Whether a row of `table` stamped `stamp` is within its retention (unstamped rows are)."""
-        return stamp is None or not expired(stamp, self._clock, self._keep[table])
+        """Whether a row of `table` stamped `stamp` is within its retention (unstamped rows are):
+        `model.expired`, against the horizon `advance` worked out."""
+        return stamp is None or stamp >= self._since[table]
 
     def close(self) -> None:
         self.commit()
@@ -278,7 +289,9 @@ class SqliteStateStore:
                     (doc_id,),
                 ).fetchone()
                 link = self._stored_verdicts[doc_id] = None if row is None else self._link(doc_id, *row)
-        return link if link is not None and self._alive(link.published_at, "verdicts") else None
+        if link is None or (link.published_at is not None and link.published_at < self._since["verdicts"]):
+            return None  # (`_alive`, inline: every document asks this a few times)
+        return link
 
     def record_verdict(self, link: Link) -> Link:
         # One writer per state folder (see `locked`), and the cascade asked `verdict_of` just
@@ -290,7 +303,7 @@ class SqliteStateStore:
         """A verdict stamped with its `published_at` (clamped: `_stamp`), or without one (an old record)
         with the clock."""
         if link.published_at is not None:
-            stamp = _stamp(link.published_at)
+            stamp = self._stamp(link.published_at)
             return link if stamp == link.published_at else replace(link, published_at=stamp)
         self._unstamped = self._unstamped or not self._clock
         return replace(link, published_at=self._clock or None)
@@ -304,9 +317,10 @@ class SqliteStateStore:
             self._known.update(dict.fromkeys(rest))
             self._known.update((packed[key], (canonical_id, stamp)) for key, canonical_id, stamp in rows)
         found = {}
+        since = self._since["exact_keys"]
         for key in keys:
             held = self._exact.get(key) or self._known.get(key)
-            if held is not None and self._alive(held[1], "exact_keys"):
+            if held is not None and (held[1] is None or held[1] >= since):  # `_alive`
                 found[key] = held[0]
         return found
 
@@ -315,7 +329,7 @@ class SqliteStateStore:
         for key in keys:
             if key not in holders:  # absent, or expired: claimed anew
                 holders[key] = canonical_id
-                self._exact[key] = (canonical_id, _stamp(published_at))
+                self._exact[key] = (canonical_id, self._stamp(published_at))
         return holders
 
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
@@ -327,13 +341,15 @@ class SqliteStateStore:
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
+        """Canonicals sharing a band, those past `bands_days` left out (a canonical's stamp is never None)."""
         stored = self._stored_bands
+        since = self._since["canonicals"]
         if all(band in stored for band in enumerate(bands)):  # warmed: no statement
             found = {
                 c.doc_id: c
                 for band in enumerate(bands)
                 for c in stored[band]
-                if c.language == language and c.doc_id not in self._removed
+                if c.language == language and c.published_at >= since and c.doc_id not in self._removed
             }
         else:
             rows = self._db.execute(
@@ -341,15 +357,11 @@ class SqliteStateStore:
                 " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
                 (*bands, language),
             ).fetchall()
-            found = {row[0]: self._canonical(*row) for row in rows if row[0] not in self._removed}
-        found = {doc_id: c for doc_id, c in found.items() if self._alive(c.published_at, "canonicals")}
+            made = (self._canonical(*row) for row in rows if row[0] not in self._removed)
+            found = {c.doc_id: c for c in made if c.published_at >= since}
         for band in enumerate(bands):
             for canonical in self._bands.get(band, ()):
-                if (
-                    canonical.language == language
-                    and canonical.doc_id not in found
-                    and self._alive(canonical.published_at, "canonicals")
-                ):
+                if canonical.language == language and canonical.doc_id not in found and canonical.published_at >= since:
                     found[canonical.doc_id] = canonical
         return list(found.values())
 
@@ -357,7 +369,7 @@ class SqliteStateStore:
         self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
     ) -> None:
         """Register a canonical; registering one again keeps its first `seq` (and its later stamp)."""
-        canonical = Canonical(canonical_id, simhash, language, self._next_seq, _stamp(published_at))
+        canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at))
         self._next_seq += 1
         self._canonicals.append((canonical, tuple(bands)))
         for band in enumerate(bands):
@@ -379,7 +391,7 @@ class SqliteStateStore:
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
         size, stamp = self._group(canonical_id)
-        stamp = _stamp(published_at) if stamp is None else max(stamp, _stamp(published_at))
+        stamp = self._stamp(published_at) if stamp is None else max(stamp, self._stamp(published_at))
         self._groups[canonical_id] = (size + 1, stamp)
         return size + 1
 
@@ -400,6 +412,10 @@ class SqliteStateStore:
         if group[1] is not None and not self._alive(group[1], "groups"):
             return (1, None)
         return group
+
+    def _stamp(self, published_at: int) -> int:
+        """A stamp is clamped as the clock is (`model.clamped`): an entry dated 2100 ages from tomorrow."""
+        return published_at if published_at <= self._ceiling else self._ceiling
 
     def _link(self, doc_id: str, *row: Any) -> Link:
         """A verdict as a row of `verdicts` holds it (an unstamped row: stamped at migration, i.e. now)."""
@@ -426,11 +442,6 @@ def _link(
     return Link(
         doc_id, Verdict(verdict), canonical_id, stage_, score, model, content=content, published_at=published_at
     )
-
-
-def _stamp(published_at: int) -> int:
-    """A stamp is clamped as the clock is (`model.clamped`): an entry dated 2100 ages from tomorrow."""
-    return clamped(published_at, time.time())
 
 
 def _bound(values: list[Any]) -> tuple[str, list[Any]]:
