@@ -7,6 +7,8 @@ archive must behave as it did live.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -26,10 +28,14 @@ from qdrant_client import QdrantClient
 from streams.config import ModelThresholds, RetentionSettings, Settings
 from streams.core.cascade import Cascade
 from streams.core.model import DAY_S, Document, Link, ModelId, Stage, Verdict, clamped
+from streams.core.ports import Reads
+from streams.core.relink import Label, Stale, apply, plan_decisions
 from streams.core.replay import Recorded, restore
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.stack import assert_invariants
+from streams.features.simhash import bands
 from streams.records.article import Featurizer
+from streams.records.output import deduped_record, link_record
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 from streams.vectors.qdrant_server import QdrantVectorStore
@@ -253,8 +259,6 @@ def test_expired_entries_are_invisible_before_the_sweep_warm_or_not() -> None:
     state.advance(T0 + 31 * DAY_S)
     assert state.band_candidates("en", (1, 0, 0, 0)) == []
     state.commit()
-    from streams.core.ports import Reads
-
     state.warm(Reads(["b"], ["u:1"], [("en", (1, 2, 3, 4))]))
     assert state.band_candidates("en", (1, 2, 3, 4)) == []
     assert state.exact_lookup(["u:1"]) == {"u:1": "a"}
@@ -286,8 +290,6 @@ CREATE TABLE groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL) WITHO
 
 
 def test_a_state_of_the_previous_schema_opens_keeps_its_data_and_ages_from_its_first_clock(tmp_path: Path) -> None:
-    import hashlib
-
     path = tmp_path / "state.sqlite3"
     with closing(sqlite3.connect(path)) as db:
         db.executescript(_OLD_SCHEMA)
@@ -393,6 +395,28 @@ def test_replay_stamps_with_the_records_published_at() -> None:
     state.close()
 
 
+def test_a_relink_of_a_document_whose_verdict_expired_is_refused_and_writes_nothing(stream: Stream) -> None:
+    """The state cannot say what the change would undo (a canonical's band entries, a group): refused."""
+    docs = {
+        "a": make(stream.featurizer, "a", "https://a.example.com/1", WORDS, T0),
+        "b": make(stream.featurizer, "b", "https://b.example.com/1", WORDS + " extra", T0 + HOUR),
+    }
+    records = []
+    for doc in docs.values():
+        stream.state.advance(doc.published_at)
+        records.append(link_record(stream.cascade.decide(doc).link, doc))
+    assert records[1]["canonical_id"] == "a"
+    article = {"b": deduped_record(Link.unique("b"), docs["b"])}
+    plan = plan_decisions(records, [Label("b", "a", False)], stream.state.exact_lookup, lambda _: None, article.get)
+    assert [change.doc_id for change in plan.changes] == ["b"]
+    stream.state.advance(T0 + 8 * DAY_S)
+    with pytest.raises(Stale, match=r"retention\.verdicts_days"):
+        apply(plan.changes, stream.state)
+    found = stream.state.band_candidates(docs["b"].language, bands(docs["b"].simhash))
+    assert [c.doc_id for c in found] == ["a"]  # b was not registered as a canonical
+    assert stream.state.group_size("a") == 2
+
+
 # ---------------------------------------------------------------------------------------------- dedup run
 
 
@@ -405,8 +429,6 @@ def _dedup(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_dedup_run_twice_on_one_state_expires_and_keeps_stars(tmp_path: Path) -> None:
     """Retention far shorter than the input: the first run sweeps as it goes; the second finds every verdict
     (expired from the state, kept by the journal) and decides nothing again, so nothing comes out changed."""
-    import os
-
     articles = list(synthetic_articles(1200))  # 7 seconds apart: about two and a half hours
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in articles))
