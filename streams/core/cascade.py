@@ -62,7 +62,6 @@ from streams.features.simhash import bands, hamming
 
 URL_KEY = "u:"
 CONTENT_KEY = "c:"
-KEPT = "registered again, never linked"
 
 
 def nearest_canonical(simhash: int, candidates: list[Canonical], max_distance: int) -> tuple[Canonical, int] | None:
@@ -241,7 +240,9 @@ class Cascade:
             apart = link.reason if link is not None and not kept else None  # the fact check kept it apart
             link, group_size = self._register(doc, vector, kept)
             if kept:
-                link = replace(link, reason=f"a canonical with members, decided before (its verdict expired): {KEPT}")
+                link = replace(
+                    link, reason="a canonical with members, its verdict expired: registered again, not linked"
+                )
             elif apart is not None and link.verdict is Verdict.UNIQUE:
                 link = replace(link, reason=apart)
         else:
