@@ -1,4 +1,4 @@
-"""`dedup replay` at scale: batched, resumable after a kill, in memory that does not grow with the topic.
+"""`dedup replay` at scale: batched, resumable after a kill, in memory that does not grow with the input.
 
 The links are generated (`benchmarks/replay_speed.py` `link_records`): canonicals, duplicates of every
 stage, re-sends without the vector, relinks, old records without `seq`, sent out of decision order
@@ -17,18 +17,22 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
 import streams.kafka.replay as kafka_replay
+import streams.runner.replay as file_replay
 from benchmarks.replay_speed import keys, link_records, produce
 from streams.config import Settings
 from streams.core.replay import restore
 from streams.evaluation.stack import Stack
 from streams.kafka.replay import read_links, replay_links
 from streams.records.output import read_link_record
+from streams.runner.replay import replay_files
 from streams.stores.redis_store import RedisStateStore
 
 LINKS = 3_000
@@ -143,3 +147,24 @@ def test_memory_does_not_grow_with_the_topic(
     monkeypatch.setattr(kafka_replay, "CHUNK", 250)
     at_n, at_2n = _peak_bytes(stack.settings()), _peak_bytes(large.settings())
     assert at_2n < 1.25 * at_n, (at_n, at_2n)
+
+
+def _file_peak_bytes(links: Path, state: Path) -> int:
+    tracemalloc.start()
+    try:
+        replay_files([str(links)], state)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_file_replay_memory_does_not_grow_with_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What waits for a commit is bounded by a count, not only by time (a fast host reads many links a second)."""
+    monkeypatch.setattr(file_replay, "COMMIT_SECONDS", 1e9)
+    monkeypatch.setattr(file_replay, "COMMIT_LINKS", 500)
+    peaks = []
+    for count in (2_000, 4_000):
+        links = tmp_path / f"links{count}.jsonl"
+        links.write_bytes(b"".join(orjson.dumps(record) + b"\n" for _, record in link_records(count, dim=32)))
+        peaks.append(_file_peak_bytes(links, tmp_path / f"state{count}"))
+    assert peaks[1] < 1.25 * peaks[0], peaks

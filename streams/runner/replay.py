@@ -1,5 +1,9 @@
 """`dedup replay` for files: rebuild an embedded state folder from links.jsonl files.
 
+The files are read a line at a time and each link restored as it comes (a file is in decision
+order already), so memory holds what waits for the next commit: at most `COMMIT_LINKS` links, and
+`COMMIT_SECONDS` of them on a slow host.
+
 The state's clock follows the records' `published_at` (clamped as `dedup run` clamps it) and each
 commit is followed by a sweep, so a replayed state ages as the live one did.
 """
@@ -22,6 +26,9 @@ from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 
+COMMIT_LINKS = 10_000
+"""Links restored between two commits at most: what the journal and the state hold until one."""
+
 
 def replay_files(
     sources: list[str],
@@ -42,7 +49,7 @@ def replay_files(
         state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention)
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
-        last_commit = time.perf_counter()
+        last_commit, uncommitted = time.perf_counter(), 0
         try:
             for source in sources:
                 first = True
@@ -75,11 +82,12 @@ def replay_files(
                             journal.put_link(record)
                         # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks
                         # what a relink's record says of it (decided_by, previous), which relink reads.
-                    if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                    uncommitted += 1
+                    if uncommitted >= COMMIT_LINKS or time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         journal.commit()
                         state.commit()
                         sweep(retention, state, vectors, models)
-                        last_commit = time.perf_counter()
+                        last_commit, uncommitted = time.perf_counter(), 0
             journal.commit()
             state.commit()
             sweep(retention, state, vectors, models)
