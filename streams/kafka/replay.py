@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import orjson
 import redis
+from pydantic import SecretStr
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
@@ -57,6 +58,9 @@ CHUNK_BYTES = 16 << 20
 """Records (and bytes of them) read from the topic before they are folded into the on-disk index."""
 CACHE_KIB = 64 * 1024
 """SQLite page cache of the index: the bound on what it holds in memory."""
+PREFETCH = {"queued.max.messages.kbytes": "16384", "fetch.max.bytes": "8388608"}
+"""What the topic reader holds ahead of the replay, unless `kafka_config` says otherwise: librdkafka's
+defaults (64 MiB queued, 50 MiB a fetch) would be most of a replay's memory."""
 SWEEP_LIMIT = 10_000
 """Expired entries removed per sweep call once the links are restored."""
 
@@ -116,32 +120,37 @@ class LatestLinks:
     """The latest record of every document, in a temporary SQLite file; read back in decision order.
 
     Memory: one chunk of records being folded in, and SQLite's page cache (`CACHE_KIB`).
-    Disk: the documents' latest records (about the size of the compacted topic), removed by `close`.
+    Disk: the documents' latest records (about the size of the compacted topic). The file is unlinked
+    as soon as it is made (one connection, no journal: nothing opens it again), so the space comes back
+    when the process ends, however it ends.
     """
 
     def __init__(self, folder: str | None = None) -> None:
         """`folder`: where the temporary file goes (default: TMPDIR)."""
-        self._dir = tempfile.mkdtemp(prefix="dedup-replay-", dir=folder)
-        self._db = sqlite3.connect(Path(self._dir) / "latest.sqlite3", isolation_level=None)
-        self._db.executescript(
-            f"""
-            PRAGMA journal_mode = OFF;
-            PRAGMA synchronous = OFF;
-            PRAGMA cache_size = -{CACHE_KIB};
-            PRAGMA temp_store = FILE;
-            CREATE TABLE latest (
-                doc_id TEXT PRIMARY KEY, has_seq INTEGER, seq INTEGER, linked_at TEXT,
-                part INTEGER, off INTEGER, value BLOB
-            );
-            """
-        )
+        made = tempfile.mkdtemp(prefix="dedup-replay-", dir=folder)
+        path = Path(made) / "latest.sqlite3"
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None)
+            self._db.executescript(
+                f"""
+                PRAGMA journal_mode = OFF;
+                PRAGMA synchronous = OFF;
+                PRAGMA cache_size = -{CACHE_KIB};
+                PRAGMA temp_store = FILE;
+                CREATE TABLE latest (
+                    doc_id TEXT PRIMARY KEY, has_seq INTEGER, seq INTEGER, linked_at TEXT,
+                    part INTEGER, off INTEGER, value BLOB
+                );
+                """
+            )
+        finally:
+            shutil.rmtree(made, ignore_errors=True)
         self._pending: dict[str, _Read] = {}
         self._pending_bytes = 0
         self._indexed = False
 
     def close(self) -> None:
         self._db.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     def add(self, read: _Read) -> None:
         """Fold one record in: it replaces its document's record if it is later (`_newest`)."""
@@ -212,10 +221,12 @@ def read_links(
     """The latest link of every document of `dedup.links`, on disk (close it when done)."""
     topic = settings.topics.links
     on_total = (lambda total: progress.start(f"reading {topic}", total)) if progress is not None else None
+    prefetch = {name: SecretStr(value) for name, value in PREFETCH.items() if name not in settings.kafka_config}
+    reader = settings.model_copy(update={"kafka_config": {**prefetch, **settings.kafka_config}})
     latest = LatestLinks(folder)
     unreported = 0
     try:
-        for message in read_to_end(settings, topic, on_total):
+        for message in read_to_end(reader, topic, on_total):
             partition, offset = message.partition(), message.offset()
             stats.read += 1
             unreported += 1
