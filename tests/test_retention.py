@@ -426,6 +426,37 @@ def _dedup(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_dedup_run_past_verdicts_days_takes_verdicts_and_versions_from_the_journal(tmp_path: Path) -> None:
+    from streams.runner.embedded import RunPaths, run
+
+    settings = Settings(stages=CHEAP, retention=RetentionSettings(verdicts_days=1))
+
+    def article(doc_id: str, url: str, body: str, when: int) -> dict[str, Any]:
+        return {"id": doc_id, "url": url, "title": "t", "body": body, "published_at": _rfc(when)}
+
+    first = tmp_path / "day1.jsonl"
+    rows = [article("x", "https://x.example.com/1", WORDS, T0), article("y", "https://y.example.com/", "y " * 99, T0)]
+    rows.append(article("z", "https://z.example.com/1", "other words " * 40, T0 + 3 * DAY_S))
+    first.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    state = tmp_path / "state"
+    run(settings, [str(first)], RunPaths(tmp_path / "out1", state))
+    again = tmp_path / "day2.jsonl"
+    rows = [
+        article("x", "https://x.example.com/1", WORDS, T0),
+        article("x", "https://x.example.com/1", "new " * 80, T0),
+    ]
+    again.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    stats = run(settings, [str(again)], RunPaths(tmp_path / "out2", state))
+    assert stats.repeated == 1  # x, whose verdict expired from the state: the journal has it
+    links = [orjson.loads(line) for line in (tmp_path / "out2" / "links.jsonl").read_bytes().splitlines()]
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"], r.get("version_of")) for r in links] == [
+        ("x", "unique", "x", None),
+        # Other content under an id seen before: a new version, decided under its own id (its URL is x's).
+        (links[1]["doc_id"], "duplicate", "x", "x"),
+    ]
+    assert links[1]["doc_id"].startswith("x#v")
+
+
 def test_dedup_run_twice_on_one_state_expires_and_keeps_stars(tmp_path: Path) -> None:
     """Retention far shorter than the input: the first run sweeps as it goes; the second finds every verdict
     (expired from the state, kept by the journal) and decides nothing again, so nothing comes out changed."""

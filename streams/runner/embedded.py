@@ -308,26 +308,31 @@ class _Run:
             self._state.advance(clamped(max(doc.published_at for doc in docs), time.time()))
         self._state.warm(self._cascade.reads(docs))  # the chunk's reads in a few statements
         for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
-            before = self._decided_before(doc)
-            vector = self._vector_for(docs, index) if self._cascade.semantic and before is None else None
-            with self._interrupts:
-                self._emit(before or self._cascade.decide(doc, vector), doc, vector)
+            known = self._journalled(doc)
+            if isinstance(known, Decision):
+                with self._interrupts:
+                    self._emit(known, doc, None)
+            else:
+                vector = self._vector_for(docs, index) if self._cascade.semantic else None
+                with self._interrupts:
+                    self._emit(self._cascade.decide(known, vector), doc, vector)
             self._done(line)
 
-    def _decided_before(self, doc: Document) -> Decision | None:
-        """The verdict this state folder gave a document whose verdict has expired from the state (older
-        than `verdicts_days` in stream time), from the journal, which keeps every link as the links topic
-        does; None for any other document. A resumed run, or a second day over last month's archive, so
-        never decides a document again (where its canonical has expired since, it would come out unique)."""
+    def _journalled(self, doc: Document) -> Decision | Document:
+        """For a document older than `verdicts_days` in stream time, whose verdict has expired from the
+        state, what the journal (every link, as the links topic keeps them) knows: the verdict this state
+        folder gave it, or that its id was decided with other content (it is a new version, decided under
+        its own id). Otherwise the document as it is. A resumed run, or a second day over last month's
+        archive, so never decides a document again (where its canonical has expired since, it would come
+        out unique)."""
         if not expired(doc.published_at, self._state.clock(), self._verdicts_s):
-            return None
+            return doc
         version = replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
-        for known in (doc, version):
-            record = self._journal.link(known.doc_id)
+        first = self._journal.link(doc.doc_id)
+        for known, record in ((doc, first), (version, self._journal.link(version.doc_id))):
             if record is not None and record.get("content_hash") == doc.content_hash:
-                link = read_link_record(record).link
-                return Decision(link, repeated=True, version=known if known is version else None)
-        return None
+                return Decision(read_link_record(record).link, repeated=True, version=None if known is doc else known)
+        return doc if first is None else version
 
     def _emit(self, decision: Decision, doc: Document, vector: np.ndarray | None) -> None:
         """Count the decision and write its outputs (the link always; the journal and the article once)."""
@@ -391,7 +396,7 @@ class _Run:
                 later.identity not in self._vectors
                 and not any(self._cascade.would_link(later, earlier) for earlier in batch)
                 and self._cascade.needs_vector(later)
-                and self._decided_before(later) is None
+                and not isinstance(self._journalled(later), Decision)
             ):
                 batch.append(later)
         started = time.perf_counter()
