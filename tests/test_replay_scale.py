@@ -69,8 +69,8 @@ def _reference(records: Records, client: redis.Redis, prefix: str, settings: Set
 
 
 def _state(client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key and value under `prefix` but the lease and the sweep cursor (housekeeping's progress, which
-    depends on where batches end; nothing expires within these links' one day of stream time)."""
+    """Every key and value under `prefix` but the lease and the sweep cursor: the reference never sweeps, the
+    replay completes a pass (which finds nothing to remove: these links span less than a day)."""
     return keys(client, prefix, ignore=("sweep",))
 
 
