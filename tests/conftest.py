@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 from qdrant_client import QdrantClient
 
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
-from streams.evaluation.services import local_kafka, local_redis
+from streams.evaluation.services import free_port, local_kafka, local_redis
 from streams.evaluation.stack import Stack
 from streams.stores.batched import BatchedState
 from streams.stores.redis_store import RedisStateStore
@@ -191,3 +196,100 @@ def make_stack(kafka_bootstrap: str, redis_url: str, tmp_path: Path) -> Iterator
     yield make
     for stack in made:
         stack.stop()
+
+
+class LocalRedisCluster:
+    """Redis Cluster of Debian's redis-server on free ports: 3 masters and a replica each, nothing persisted,
+    a node timeout of 1 s so that a replica takes over a killed master within seconds. Stopped by PID."""
+
+    def __init__(self, folder: Path, masters: int = 3) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.ports: list[int] = []
+        while len(self.ports) < masters * 2:  # the cluster bus listens on port + 10000
+            port = free_port()
+            if port + 10_000 < 65_536 and port not in self.ports and _bindable(port + 10_000):
+                self.ports.append(port)
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.url = f"redis+cluster://127.0.0.1:{self.ports[0]}/0"
+
+    def start(self) -> None:
+        for port in self.ports:
+            command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.folder)]
+            command += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
+            command += ["--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0"]
+            command += ["--save", "", "--appendonly", "no", "--logfile", f"redis-{port}.log"]
+            self.processes[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for port in self.ports:
+            self._wait(port, lambda node: bool(node.ping()))
+        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in self.ports)]
+        subprocess.run([*create, "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True)
+        for port in self.ports:
+            self._wait(port, lambda node: node.cluster("info")["cluster_state"] == "ok")
+
+    def _wait(self, port: int, ready: Callable[[redis.Redis], bool], timeout_s: float = 30) -> None:
+        node = redis.Redis(port=port, decode_responses=True)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    if ready(node):
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis cluster node {port} not ready after {timeout_s:.0f} s")
+                time.sleep(0.1)
+        finally:
+            node.close()
+
+    def masters(self) -> list[int]:
+        """The ports of the nodes serving slots now, as a live node sees them."""
+        live = next(port for port, process in self.processes.items() if process.poll() is None)
+        node = redis.Redis(port=live, decode_responses=True)
+        try:
+            nodes = node.cluster("nodes")
+        finally:
+            node.close()
+        return sorted(
+            int(address.split(":")[1].split("@")[0])
+            for address, info in nodes.items()
+            if "master" in info["flags"] and "fail" not in info["flags"] and info["slots"]
+        )
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node (its replica takes over after the node timeout)."""
+        self.processes[port].kill()
+        self.processes[port].wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@contextmanager
+def local_redis_cluster(folder: Path) -> Iterator[LocalRedisCluster]:
+    cluster = LocalRedisCluster(folder)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    """A Redis Cluster of local processes (3 masters, 3 replicas), shared by the session: no test kills its nodes."""
+    with local_redis_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster

@@ -18,18 +18,19 @@ from streams.service import metrics
 from streams.service.stages import Agent, StageAgent, pipeline
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore
+from streams.stores.redis_store import RedisStateStore, connect
 from streams.vectors.batched import BatchedVectors
 
 EMBEDDED = "embedded"
 _WARM_UP = b'{"id": "warm-up", "url": "https://example.com/warm-up", "title": "Warm up", "body": "A warm-up text."}'
 
 
-def redis_client(settings: Settings) -> redis.Redis:
+def redis_client(settings: Settings) -> redis.Redis | redis.RedisCluster:
+    """One server for `redis://` (`rediss://`: TLS), a Redis Cluster for `redis+cluster://` (`rediss+cluster://`)."""
     if settings.redis_url is None:
         raise ValueError("no Redis configured: set DEDUP_REDIS_URL (redis://host:6379/0 or rediss:// for TLS)")
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
-    return redis.Redis.from_url(settings.redis_url.get_secret_value(), password=password, decode_responses=True)
+    return connect(settings.redis_url.get_secret_value(), password)
 
 
 def vector_store(settings: Settings) -> VectorStore:
@@ -73,7 +74,8 @@ class Resources:
         self.state = RedisStateStore(self.redis, settings.redis_prefix, retention=settings.retention)
         self._embedder = embedder
         self._vectors: VectorStore | None = None
-        self.lock = RedisLock(self.redis, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
+        name = f"{settings.redis_prefix}lock:register"
+        self.lock = RedisLock(self.redis, name, settings.worker.lock_ttl_s, fence=self.state.fence)
         # Load (or compile: seconds on a fresh install) the text and SimHash kernels now, not inside
         # the first batch: one document through the batched features, one through the single ones.
         Featurizer(settings).parse_batch([_WARM_UP], ingest_time=0)

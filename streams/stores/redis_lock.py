@@ -18,7 +18,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -54,15 +54,29 @@ class Lease:
 
     key: str
     token: str
+    epoch: int = 0
+    """The lease's place in the order of every lease taken on its key (`{key}:epoch`): the fencing token the
+    store's per-slot scripts compare (a newer holder's epoch refuses an older one's writes); 0: none."""
 
 
 class RedisLock:
     """SET NX PX to take, compare-and-expire to renew, compare-and-delete to release."""
 
-    def __init__(self, client: redis.Redis, name: str, ttl_s: float, renew: bool = True) -> None:
-        """`renew=False` leaves the lease to expire on its own (tests of the fence use it)."""
+    def __init__(
+        self,
+        client: redis.Redis | redis.RedisCluster,
+        name: str,
+        ttl_s: float,
+        renew: bool = True,
+        fence: Callable[[Lease], None] | None = None,
+    ) -> None:
+        """`renew=False` leaves the lease to expire on its own (tests of the fence use it). `fence` is
+        called with every lease taken, before `acquire` returns: the store publishes its epoch to every
+        slot (`RedisStateStore.fence`), so no older holder writes anywhere once this one has read."""
         self._redis = client
         self._name = name
+        self._epoch = f"{name}:epoch"
+        self._fence = fence
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._renew = renew
         self._release = client.register_script(_RELEASE)
@@ -70,14 +84,23 @@ class RedisLock:
 
     def acquire(self, wait_s: float = 60.0) -> Lease:
         """Take the lock, waiting up to `wait_s` for its holder; the lease expires after `ttl_s`."""
-        lease = Lease(self._name, secrets.token_hex(8))
+        token = secrets.token_hex(8)
         deadline = time.monotonic() + wait_s
         pause = 0.001
-        while not self._redis.set(self._name, lease.token, nx=True, px=self._ttl_ms):
+        while not self._redis.set(self._name, token, nx=True, px=self._ttl_ms):
             if time.monotonic() > deadline:
                 raise LockTimeout(f"lock {self._name} still held by another worker after {wait_s:.0f} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
+        # Drawn after the lock is ours, so every later holder draws a greater epoch (the key may be in
+        # another slot than the lock: no script can hold both on a cluster).
+        lease = Lease(self._name, token, int(self._redis.incr(self._epoch)))
+        if self._fence is not None:
+            try:
+                self._fence(lease)
+            except BaseException:
+                self.release(lease)
+                raise
         return lease
 
     def release(self, lease: Lease) -> bool:

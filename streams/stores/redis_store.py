@@ -54,11 +54,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 import redis
-from redis.client import Pipeline
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from streams.config import RetentionSettings
 from streams.core.model import (
@@ -91,64 +94,48 @@ _DAY_HEX = 4
 _DAY_MAX = 0xFFFF
 _GROUP_DAY = 1 << 16
 """A group size is one integer, members * 65536 + day: a listpack keeps it in 4 bytes, a string would take 7."""
-_WRITE_ATTEMPTS = 3
-"""Transactions tried for one batch while only the renewal of its own lease ends their WATCH."""
+_TAGS = 256
+"""Hash tags (slot groups) the buckets of every family share: `{00}` to `{ff}`, spread over a cluster's masters."""
 _SWEEP_BUCKETS = 256
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 20_000
 """Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
+LAYOUT = "2"
+"""The key layout this code reads (`{prefix}layout`): 2 is hash-tagged buckets; a state without it is older."""
 
-# Scripts that judge an entry's age read the clock (KEYS[1]) first. An entry of day d is past a retention of
-# `keep` seconds (0: forever) once the last second of its day is older than clock - keep, as `model.expired`
-# says of `_day_end(d)`.
+# Every script touches keys of one slot only. A writing script's KEYS[1] is its slot's fence key and
+# ARGV[1] the writer's lease epoch (0: unfenced): a write under an older epoch than the newest seen in
+# the slot is refused (error FENCED), a newer one becomes the slot's. ARGV[2] is the clock (the clock key
+# is a key of its own slot), by which `_AGE` judges an entry's age: an entry of day d is past a retention
+# of `keep` seconds (0: forever) once the last second of its day is older than clock - keep, as
+# `model.expired` says of `_day_end(d)`.
+_FENCE = """
+local epoch = tonumber(ARGV[1])
+if epoch > 0 then
+  local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if seen > epoch then return redis.error_reply('FENCED a newer lease holder wrote here') end
+  if seen < epoch then redis.call('SET', KEYS[1], epoch) end
+end
+"""
 _AGE = """
-local clock = tonumber(redis.call('GET', KEYS[1]) or '0')
+local clock = tonumber(ARGV[2])
 local function expired(day, keep)
   keep = tonumber(keep)
   return keep > 0 and day * 86400 + 86399 < clock - keep
 end
 local function stamp(value) return tonumber(string.sub(value, 1, 4), 16) end
 """
-# A verdict keeps the seq it had live (a replay) or draws the next one; the counter moves past it.
-_VERDICT_SEQ = """
-local function verdict_seq(counter, given)
-  local seq = tonumber(given)
-  if seq <= 0 then
-    return redis.call('INCR', counter)
-  elseif seq > tonumber(redis.call('GET', counter) or '0') then
-    redis.call('SET', counter, seq)
-  end
-  return seq
-end
+_WRITE = _FENCE + _AGE
+# Publishes a lease's epoch to one slot's fence key; returns the newest epoch there (newer: we lost it).
+_PUBLISH = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if seen < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return tonumber(ARGV[1]) end
+return seen
 """
-# Takes a canonical's seq out of one band entry (the field goes when it holds no other).
-_DROP_BAND = """
-local function drop_band(key, value, seq)
-  local current = redis.call('HGET', key, value)
-  if current then
-    local kept = {}
-    for token in string.gmatch(current, '%S+') do
-      if token ~= seq then kept[#kept + 1] = token end
-    end
-    if #kept == 0 then
-      redis.call('HDEL', key, value)
-    else
-      redis.call('HSET', key, value, table.concat(kept, ' '))
-    end
-  end
-end
-"""
-_FENCE = """
-if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
-"""
-
-# One command for many hash fields across buckets, and the clock they are read at: a pipeline of HGETs
-# costs a command each in the client. KEYS: the clock, then the hashes.
+# Many hash fields of one slot in one command (a pipeline of HGETs costs a command each in the client).
 _FIELDS = """
-local out = {redis.call('GET', KEYS[1]) or '0'}
-for i = 2, #KEYS do
-  out[i] = redis.call('HGET', KEYS[i], ARGV[i - 1]) or false
-end
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], ARGV[i]) or false end
 return out
 """
 _ADVANCE = """
@@ -159,192 +146,199 @@ if tonumber(ARGV[1]) > clock then
 end
 return clock
 """
-# KEYS: clock, the x buckets; ARGV: exact retention, the stamped holder, the fields. An expired key is free.
+# A counter moved past a seq given from outside (a replay keeps the seqs it restores).
+_AT_LEAST = """
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"""
+# KEYS: fence, x buckets; ARGV: epoch, clock, exact retention, the stamped holder, the fields. An expired
+# key is free.
 _CLAIM = (
-    _AGE
+    _WRITE
     + """
 local holders = {}
 for i = 2, #KEYS do
-  local current = redis.call('HGET', KEYS[i], ARGV[i + 1])
-  if not current or expired(stamp(current), ARGV[1]) then
-    current = ARGV[2]
-    redis.call('HSET', KEYS[i], ARGV[i + 1], current)
+  local current = redis.call('HGET', KEYS[i], ARGV[i + 3])
+  if not current or expired(stamp(current), ARGV[3]) then
+    current = ARGV[4]
+    redis.call('HSET', KEYS[i], ARGV[i + 3], current)
   end
   holders[i - 1] = string.sub(current, 5)
 end
 return holders
 """
 )
-# KEYS: clock, x bucket; ARGV: exact retention, field, expected holder, new holder. The stamp stays.
+# KEYS: fence, x bucket; ARGV: epoch, clock, exact retention, field, expected holder, new holder. The stamp stays.
 _REPLACE = (
-    _AGE
+    _WRITE
     + """
-local current = redis.call('HGET', KEYS[2], ARGV[2])
-if current and string.sub(current, 5) == ARGV[3] and not expired(stamp(current), ARGV[1]) then
-  redis.call('HSET', KEYS[2], ARGV[2], string.sub(current, 1, 4) .. ARGV[4])
+local current = redis.call('HGET', KEYS[2], ARGV[4])
+if current and string.sub(current, 5) == ARGV[5] and not expired(stamp(current), ARGV[3]) then
+  redis.call('HSET', KEYS[2], ARGV[4], string.sub(current, 1, 4) .. ARGV[6])
   return 1
 end
 return 0
 """
 )
-# KEYS: clock, c bucket, seq counter, languages, 4 band buckets; ARGV: bands retention, doc_id, its s: entry
-# (simhash hex, stamp, doc_id), language, 4 band values, s-bucket prefix. A canonical whose entry expired
-# registers again under a new seq; the old seq stays hidden in its band entries until the sweep.
-# The seq bucket is only known after INCR, so its key is built here from ARGV[9] (single-slot prefix).
-_ADD_CANONICAL = (
-    _AGE
+# Registration, step 1 of 3 (c bucket): KEYS: fence, c bucket; ARGV: epoch, clock, doc_id, the seq it is
+# expected to hold ('' none), its new seq. Compare-and-set: returns the seq it holds afterwards (0: none).
+_REGISTER = (
+    _WRITE
     + """
-local old = redis.call('HGET', KEYS[2], ARGV[2])
-if old then
-  local entry = redis.call('HGET', ARGV[9] .. math.floor(tonumber(old) / 256), old)
-  if entry and not expired(tonumber(string.sub(entry, 17, 20), 16), ARGV[1]) then return 0 end
-end
-local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[2], ARGV[2], seq)
-redis.call('HSET', ARGV[9] .. math.floor(seq / 256), seq, ARGV[3])
-redis.call('HSET', KEYS[4], ARGV[4], 1)
-for i = 5, 8 do
-  local value = ARGV[i]
-  local current = redis.call('HGET', KEYS[i], value)
-  if current then
-    redis.call('HSET', KEYS[i], value, current .. ' ' .. seq)
-  else
-    redis.call('HSET', KEYS[i], value, seq)
-  end
-end
-return seq
+local current = redis.call('HGET', KEYS[2], ARGV[3]) or ''
+if current ~= ARGV[4] then return tonumber(current) or 0 end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+return tonumber(ARGV[5])
 """
 )
-# KEYS: clock, v bucket, vseq counter; ARGV: verdicts retention, doc_id, stamp, the encoded verdict, its seq
-# (0: draw the next one). A verdict past its retention is no verdict: the new one replaces it.
-_RECORD = (
-    _AGE
-    + _VERDICT_SEQ
+# Step 2 (s bucket): KEYS: fence, s bucket; ARGV: epoch, clock, then seq, entry pairs: set where absent.
+_ENTRIES = (
+    _WRITE
     + """
-local current = redis.call('HGET', KEYS[2], ARGV[2])
-if current and not expired(stamp(current), ARGV[1]) then return 0 end
-local seq = verdict_seq(KEYS[3], ARGV[5])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. seq .. ' ' .. ARGV[4])
-return seq
+for k = 3, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[k], ARGV[k + 1]) end
+return 1
+"""
+)
+# Step 3 (band buckets) and its reverse: KEYS: fence, band buckets; ARGV: epoch, clock, then per bucket a
+# band value and a seq. Adds the seq to the value's entry unless it is there already (a write applied
+# again changes nothing), or takes it out (the field goes when it holds no other).
+_BANDS = (
+    _WRITE
+    + """
+for i = 2, #KEYS do
+  local value, seq = ARGV[2 * i - 1], ARGV[2 * i]
+  local current = redis.call('HGET', KEYS[i], value)
+  if not current then
+    redis.call('HSET', KEYS[i], value, seq)
+  elseif not string.find(' ' .. current .. ' ', ' ' .. seq .. ' ', 1, true) then
+    redis.call('HSET', KEYS[i], value, current .. ' ' .. seq)
+  end
+end
+return 1
+"""
+)
+_DROP_BANDS = (
+    _WRITE
+    + """
+for i = 2, #KEYS do
+  local value, seq = ARGV[2 * i - 1], ARGV[2 * i]
+  local current = redis.call('HGET', KEYS[i], value)
+  if current then
+    local kept = {}
+    for token in string.gmatch(current, '%S+') do
+      if token ~= seq then kept[#kept + 1] = token end
+    end
+    if #kept == 0 then
+      redis.call('HDEL', KEYS[i], value)
+    else
+      redis.call('HSET', KEYS[i], value, table.concat(kept, ' '))
+    end
+  end
+end
+return 1
+"""
+)
+# KEYS: fence, c bucket; ARGV: epoch, clock, doc_id, seq: forgets the registration if it still names seq.
+_UNREGISTER = (
+    _WRITE
+    + """
+if redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[4] then redis.call('HDEL', KEYS[2], ARGV[3]) return 1 end
+return 0
+"""
+)
+# KEYS: fence, s bucket; ARGV: epoch, clock, bands retention ('' any age), the seqs: removes their entries
+# (those still past the retention, when one is given); returns how many it removed.
+_DROP_ENTRIES = (
+    _WRITE
+    + """
+local removed = 0
+for k = 4, #ARGV do
+  local entry = redis.call('HGET', KEYS[2], ARGV[k])
+  if entry and (ARGV[3] == '' or expired(tonumber(string.sub(entry, 17, 20), 16), ARGV[3])) then
+    redis.call('HDEL', KEYS[2], ARGV[k])
+    removed = removed + 1
+  end
+end
+return removed
+"""
+)
+# KEYS: fence, v bucket; ARGV: epoch, clock, verdicts retention, doc_id, stamp, the encoded verdict, its seq
+# (drawn before). First writer wins; a verdict past its retention is no verdict: the new one replaces it.
+_RECORD = (
+    _WRITE
+    + """
+local current = redis.call('HGET', KEYS[2], ARGV[4])
+if current and not expired(stamp(current), ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5] .. ARGV[7] .. ' ' .. ARGV[6])
+return tonumber(ARGV[7])
 """
 )
 # KEYS, ARGV as `_RECORD`, then the encoded verdict it replaces. Nothing is written unless the stored
 # verdict is still that one (its stamp and seq aside).
 _REPLACE_VERDICT = (
-    _AGE
-    + _VERDICT_SEQ
+    _WRITE
     + """
-local current = redis.call('HGET', KEYS[2], ARGV[2])
-if not current or expired(stamp(current), ARGV[1]) then return 0 end
-if string.sub(current, string.find(current, ' ', 1, true) + 1) ~= ARGV[6] then return 0 end
-local seq = verdict_seq(KEYS[3], ARGV[5])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. seq .. ' ' .. ARGV[4])
-return seq
+local current = redis.call('HGET', KEYS[2], ARGV[4])
+if not current or expired(stamp(current), ARGV[3]) then return 0 end
+if string.sub(current, string.find(current, ' ', 1, true) + 1) ~= ARGV[8] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5] .. ARGV[7] .. ' ' .. ARGV[6])
+return tonumber(ARGV[7])
 """
 )
-# KEYS: c bucket, 4 band buckets; ARGV: doc_id, 4 band values, s-bucket prefix. Takes the canonical's seq
-# out of its band entries and forgets its s: entry; the seq counter is left alone (seqs are never reused).
-_REMOVE_CANONICAL = (
-    _DROP_BAND
-    + """
-local seq = redis.call('HGET', KEYS[1], ARGV[1])
-if not seq then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', ARGV[6] .. math.floor(tonumber(seq) / 256), seq)
-for i = 2, 5 do drop_band(KEYS[i], ARGV[i], seq) end
-return tonumber(seq)
-"""
-)
-# KEYS: clock, g bucket; ARGV: exact retention, doc_id, members to add (negative: fewer), the day of the
-# latest member (0 for a shrink: the group keeps its stamp). An expired group counts from nothing again;
-# a group back to its canonical alone loses its field, as if it had never grown.
+# KEYS: fence, g bucket; ARGV: epoch, clock, exact retention, doc_id, members to add (negative: fewer), the
+# day of the latest member (0 for a shrink: the group keeps its stamp). An expired group counts from
+# nothing again; a group back to its canonical alone loses its field, as if it had never grown.
 _GROUP = (
-    _AGE
+    _WRITE
     + """
-local value = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
+local value = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
 local members, day = math.floor(value / 65536), value % 65536
-if value > 0 and expired(day, ARGV[1]) then members, day = 0, 0 end
-members = members + tonumber(ARGV[3])
-if members <= 0 then redis.call('HDEL', KEYS[2], ARGV[2]) return 0 end
-day = math.max(day, tonumber(ARGV[4]))
-redis.call('HSET', KEYS[2], ARGV[2], members * 65536 + day)
+if value > 0 and expired(day, ARGV[3]) then members, day = 0, 0 end
+members = members + tonumber(ARGV[5])
+if members <= 0 then redis.call('HDEL', KEYS[2], ARGV[4]) return 0 end
+day = math.max(day, tonumber(ARGV[6]))
+redis.call('HSET', KEYS[2], ARGV[4], members * 65536 + day)
 return members
 """
 )
-# The sweep, one step: KEYS: clock, sweep cursor, lease key (unfenced: any key), the hashes; ARGV: lease
-# token ('' unfenced), retention, where the stamp is ('v'alue prefix or 'g'roup integer), the most fields
-# to remove, the cursor position of the first hash, the most fields to read. Removes expired fields hash by
-# hash; the cursor moves past a hash once nothing expired is left in it, and the step ends after the hash
-# that reached the fields to read. Returns how many it removed (-1: the lease is lost).
+# The sweep, one slot's hashes of one family: KEYS: fence, the hashes; ARGV: epoch, clock, retention, where
+# the stamp is ('v'alue prefix or 'g'roup integer), the most fields to remove, the most fields to read.
+# Removes expired fields hash by hash and stops at the hash where either runs out. Returns how many it
+# removed, how many hashes it finished (the cursor moves past those) and how many fields it read.
 _EXPIRE_FIELDS = (
-    _AGE
-    + _FENCE
+    _WRITE
     + """
-local left, at, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-for i = 4, #KEYS do
-  if budget <= 0 then
-    redis.call('HSET', KEYS[2], 'at', at + i - 4)
-    return tonumber(ARGV[4]) - left
-  end
+local left, budget, read = tonumber(ARGV[5]), tonumber(ARGV[6]), 0
+for i = 2, #KEYS do
+  if read >= budget then return {tonumber(ARGV[5]) - left, i - 2, read} end
   local flat = redis.call('HGETALL', KEYS[i])
-  budget = budget - #flat / 2
+  read = read + #flat / 2
   for j = 1, #flat, 2 do
-    local day = ARGV[3] == 'g' and tonumber(flat[j + 1]) % 65536 or stamp(flat[j + 1])
-    if expired(day, ARGV[2]) then
-      if left == 0 then
-        redis.call('HSET', KEYS[2], 'at', at + i - 4)
-        return tonumber(ARGV[4])
-      end
+    local day = ARGV[4] == 'g' and tonumber(flat[j + 1]) % 65536 or stamp(flat[j + 1])
+    if expired(day, ARGV[3]) then
+      if left == 0 then return {tonumber(ARGV[5]), i - 2, read} end
       redis.call('HDEL', KEYS[i], flat[j])
       left = left - 1
     end
   end
 end
-redis.call('HSET', KEYS[2], 'at', at + #KEYS - 3)
-return tonumber(ARGV[4]) - left
+return {tonumber(ARGV[5]) - left, #KEYS - 1, read}
 """
 )
-# KEYS: clock, an s: bucket; ARGV: bands retention. Its expired entries (seq, entry, ...): only those travel.
-_EXPIRED_CANONICALS = (
-    _AGE
-    + """
+# KEYS: an s: bucket; ARGV: clock, bands retention. Its expired entries (seq, entry, ...): only those travel.
+_EXPIRED_CANONICALS = """
+local clock = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
 local out = {}
-local flat = redis.call('HGETALL', KEYS[2])
+local flat = redis.call('HGETALL', KEYS[1])
 for j = 1, #flat, 2 do
-  if expired(tonumber(string.sub(flat[j + 1], 17, 20), 16), ARGV[1]) then
+  if keep > 0 and tonumber(string.sub(flat[j + 1], 17, 20), 16) * 86400 + 86399 < clock - keep then
     out[#out + 1] = flat[j]
     out[#out + 1] = flat[j + 1]
   end
 end
 return out
 """
-)
-# The sweep of one s: bucket: KEYS: clock, sweep cursor, lease key, the s: bucket, then per canonical its
-# c: bucket and its band buckets in every language (`width` keys in all); ARGV: lease token, bands
-# retention, the cursor afterwards, width, then per canonical its seq, doc_id and 4 band values. A
-# canonical still expired loses its s: entry, its c: entry if that still names this seq (it may have
-# registered again), and its seq in its band entries, as `_REMOVE_CANONICAL` takes them out.
-_EXPIRE_CANONICALS = (
-    _AGE
-    + _FENCE
-    + _DROP_BAND
-    + """
-local width, removed, key = tonumber(ARGV[4]), 0, 5
-for k = 5, #ARGV, 6 do
-  local seq, doc = ARGV[k], ARGV[k + 1]
-  local entry = redis.call('HGET', KEYS[4], seq)
-  if entry and expired(tonumber(string.sub(entry, 17, 20), 16), ARGV[2]) then
-    redis.call('HDEL', KEYS[4], seq)
-    if redis.call('HGET', KEYS[key], doc) == seq then redis.call('HDEL', KEYS[key], doc) end
-    for j = 1, width - 1 do drop_band(KEYS[key + j], ARGV[k + 2 + (j - 1) % 4], seq) end
-    removed = removed + 1
-  end
-  key = key + width
-end
-redis.call('HSET', KEYS[2], 'at', ARGV[3])
-return removed
-"""
-)
 
 
 class StaleSnapshot(RuntimeError):
@@ -383,13 +377,32 @@ class Swept:
 
 _RETENTION = RetentionSettings()
 
+Client = redis.Redis | RedisCluster
+Call = Callable[..., Any]
+"""One command for a round trip: called with `client=` a pipeline."""
+
+
+class LayoutMismatch(RuntimeError):
+    """The Redis state under this prefix was written in another key layout: reading it would misread it."""
+
+
+def connect(url: str, password: str | None = None) -> Client:
+    """A client for `url`: `redis://` (or `rediss://`, TLS) is one server, `redis+cluster://` (or
+    `rediss+cluster://`) a Redis Cluster reached through any of its nodes: redis-py's cluster client
+    routes each command to the master of its slot and follows MOVED and ASK (a failover, a resharding)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.endswith("+cluster"):
+        plain = f"{scheme.removesuffix('+cluster')}://{rest}"
+        return RedisCluster.from_url(plain, password=password, decode_responses=True)
+    return redis.Redis.from_url(url, password=password, decode_responses=True)
+
 
 class RedisStateStore:
-    """`StateStore` on a Redis server (or a Redis-protocol one)."""
+    """`StateStore` on a Redis server or a Redis Cluster (or a Redis-protocol one)."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         prefix: str = "dedup:",
         bucket_bits: int = 12,
         retention: RetentionSettings = _RETENTION,
@@ -399,23 +412,26 @@ class RedisStateStore:
         self._bucket_hex = max(1, bucket_bits // 4)
         self._clock = f"{prefix}clock"
         self._cursor = f"{prefix}sweep"
+        self._seq = f"{prefix}seq"
+        self._vseq = f"{prefix}vseq"
+        self._languages = f"{prefix}languages"
+        self._layout_checked = False
+        cluster = isinstance(client, RedisCluster)
+        self._slot: Callable[[str], int] = (lambda key: key_slot(key.encode())) if cluster else (lambda key: 0)
+        """A key's slot; on one server every key is in one (it owns them all), so every group is one call."""
         self.keep = Keep(
             keep_seconds(retention.verdicts_days),
             keep_seconds(retention.exact_days),
             keep_seconds(retention.bands_days),
         )
-        self._fields = client.register_script(_FIELDS)
-        self._advance = client.register_script(_ADVANCE)
-        self._claim = client.register_script(_CLAIM)
-        self._replace = client.register_script(_REPLACE)
-        self._add_canonical = client.register_script(_ADD_CANONICAL)
-        self._record = client.register_script(_RECORD)
-        self._replace_verdict = client.register_script(_REPLACE_VERDICT)
-        self._remove_canonical = client.register_script(_REMOVE_CANONICAL)
-        self._group = client.register_script(_GROUP)
-        self._expire_fields = client.register_script(_EXPIRE_FIELDS)
-        self._expired_canonicals = client.register_script(_EXPIRED_CANONICALS)
-        self._expire_canonicals = client.register_script(_EXPIRE_CANONICALS)
+        script = partial(_Lua, client)
+        self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
+        self._at_least, self._claim, self._replace = script(_AT_LEAST), script(_CLAIM), script(_REPLACE)
+        self._register, self._entries, self._bands = script(_REGISTER), script(_ENTRIES), script(_BANDS)
+        self._drop_bands, self._unregister = script(_DROP_BANDS), script(_UNREGISTER)
+        self._drop_entries, self._record = script(_DROP_ENTRIES), script(_RECORD)
+        self._replace_verdict, self._group = script(_REPLACE_VERDICT), script(_GROUP)
+        self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
 
     @classmethod
     def from_url(
@@ -425,30 +441,107 @@ class RedisStateStore:
         password: str | None = None,
         retention: RetentionSettings = _RETENTION,
     ) -> RedisStateStore:
-        """A store on `url` (`redis://` or `rediss://` for TLS); the password may also be in the URL."""
-        return cls(redis.Redis.from_url(url, password=password, decode_responses=True), prefix, retention=retention)
+        """A store on `url` (see `connect`); the password may also be in the URL."""
+        return cls(connect(url, password), prefix, retention=retention)
 
     def close(self) -> None:
         self._redis.close()
 
+    # Keys: every bucket carries a hash tag of 2 hex digits (its slot group), singletons none
+
+    def _tagged(self, kind: str, tag: int, rest: str) -> str:
+        return f"{self._prefix}{kind}:{{{tag % _TAGS:02x}}}{rest}"
+
+    def _hashed(self, kind: str, digest: str) -> str:
+        """The bucket of a hashed item: the first `bucket_hex` digits of its digest, the first two its tag."""
+        bucket = digest[: self._bucket_hex]
+        return self._tagged(kind, int(bucket[:2], 16), bucket[2:])
+
     def _bucket(self, kind: str, item: str) -> str:
-        digest = hashlib.blake2b(item.encode(), digest_size=8).hexdigest()
-        return f"{self._prefix}{kind}:{digest[: self._bucket_hex]}"
+        return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
 
     def _exact(self, key: str) -> tuple[str, str]:
         """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 12
         bucket bits, two of a billion keys share all 92 with odds of about 1e-10); a field 16 bits
         shorter than before pays for the value's stamp."""
         digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-        return f"{self._prefix}x:{digest[: self._bucket_hex]}", digest[self._bucket_hex : self._bucket_hex + 20]
+        return self._hashed("x", digest), digest[self._bucket_hex : self._bucket_hex + 20]
+
+    def _entries_key(self, bucket: int) -> str:
+        """The s: bucket of seqs `bucket * 256` to `bucket * 256 + 255`."""
+        return self._tagged("s", bucket, str(bucket))
+
+    def _band_keys(self, language: str, bands: Sequence[int]) -> list[str]:
+        return [self._tagged("b", value >> 6, f"{language}:{index}:{value >> 6}") for index, value in enumerate(bands)]
+
+    def _fence_key(self, key: str) -> str:
+        """The fence key of a bucket's slot group (named by its tag)."""
+        tag = key[len(self._prefix) :].partition("{")[2].partition("}")[0]
+        return f"{self._prefix}lock:fence:{{{tag}}}"
+
+    def _by_slot(self, keys: Sequence[str]) -> list[list[int]]:
+        """Indexes of `keys` grouped by slot, in order of first appearance: one script call each."""
+        groups: dict[int, list[int]] = {}
+        for index, key in enumerate(keys):
+            groups.setdefault(self._slot(key), []).append(index)
+        return list(groups.values())
+
+    def _fenced(self, script: _Lua, keys: Sequence[str], args: Sequence[Any], epoch: int, clock: int) -> Call:
+        """A writing script's call on keys of one slot: its fence key first, the epoch and clock first."""
+        return partial(script, keys=[self._fence_key(keys[0]), *keys], args=[epoch, clock, *args])
+
+    def _run(self, calls: Sequence[Call]) -> list[Any]:
+        """One round trip: the calls pipelined (a cluster pipeline sends each node its share)."""
+        if not calls:
+            return []
+        with self._redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                call(client=pipe)
+            return list(pipe.execute())
+
+    def _ensure_layout(self) -> None:
+        """Refuse a state of another layout; mark an empty one as this layout (once per store)."""
+        if self._layout_checked:
+            return
+        layout_key = f"{self._prefix}layout"
+        singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
+        layout, *present = self._run(
+            [partial(_get, key=layout_key), *(partial(_exists, key=key) for key in singletons)]
+        )
+        if layout is None and any(present):
+            raise LayoutMismatch(
+                f"the Redis state under prefix {self._prefix!r} was written by an older version of "
+                f"streams-dedup (no {layout_key} key): rebuild it with `dedup replay`"
+            )
+        if layout is not None and layout != LAYOUT:
+            raise LayoutMismatch(
+                f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
+                f"layout {LAYOUT}: rebuild it with `dedup replay`"
+            )
+        if layout is None:
+            self._redis.set(layout_key, LAYOUT, nx=True)
+        self._layout_checked = True
+
+    def fence(self, lease: Lease) -> None:
+        """Publish `lease`'s epoch to the fence key of every slot group, before its holder reads anything
+        (`RedisLock(fence=...)` calls this on taking the lock): from then on a write of an older holder
+        is refused in every slot. `LeaseLost` if a newer holder has published already."""
+        calls = [
+            partial(self._publish, keys=[f"{self._prefix}lock:fence:{{{t:02x}}}"], args=[lease.epoch])
+            for t in range(_TAGS)
+        ]
+        if any(int(seen) > lease.epoch for seen in self._run(calls)):
+            raise LeaseLost(f"lease {lease.key} was taken by a newer holder before it was fenced")
 
     # The clock and retention
 
     def clock(self) -> int:
+        self._ensure_layout()
         return int(self._redis.get(self._clock) or 0)
 
     def advance(self, published_at: int) -> int:
         """Move the clock forward to `published_at` (clamped to the wall clock plus a day); returns the clock."""
+        self._ensure_layout()
         return int(self._advance(keys=[self._clock], args=[clamped(published_at, time.time())]))
 
     def stale(self, keep_s: int, published_at: int, clock: int) -> bool:
@@ -465,35 +558,50 @@ class RedisStateStore:
     def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None]]:
         """The clock and the verdicts read at it, in one round trip."""
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
+        return clock, self._verdicts(doc_ids, values, clock)
+
+    def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
         verdicts = {}
         for doc_id, value in zip(doc_ids, values, strict=True):
             live = value is not None and not expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.verdicts)
             verdicts[doc_id] = _read_verdict(doc_id, value) if live else None
-        return clock, verdicts
+        return verdicts
+
+    def _field_calls(self, places: Sequence[tuple[str, str]]) -> tuple[list[Call], Callable[[list[Any]], list[Any]]]:
+        """HGET of each (hash, field) as one script call per slot, and how to put their answers back in order."""
+        groups = self._by_slot([hash_ for hash_, _ in places])
+        calls: list[Call] = [
+            partial(self._fields, keys=[places[i][0] for i in group], args=[places[i][1] for i in group])
+            for group in groups
+        ]
+
+        def gather(found: list[Any]) -> list[Any]:
+            values: list[Any] = [None] * len(places)
+            for group, answers in zip(groups, found, strict=True):
+                for index, value in zip(group, answers, strict=True):
+                    values[index] = value
+            return values
+
+        return calls, gather
 
     def _read(self, places: Sequence[tuple[str, str]]) -> tuple[int, list[str | None]]:
-        """The clock, and HGET of each (hash, field), in one round trip and one command."""
-        found = self._fields(keys=[self._clock, *(h for h, _ in places)], args=[f for _, f in places])
-        return int(found[0]), list(found[1:])
+        """The clock, and HGET of each (hash, field), in one round trip (a command per slot)."""
+        self._ensure_layout()
+        calls, gather = self._field_calls(places)
+        clock, *found = self._run([partial(_get, key=self._clock), *calls])
+        return int(clock or 0), gather(found)
+
+    def _stamp(self, published_at: int | None, clock: int) -> str:
+        """The stamp of an entry: the day of its `published_at`, or of the clock."""
+        return f"{_day(clock if published_at is None else published_at, time.time()):0{_DAY_HEX}x}"
 
     def record_verdict(self, link: Link) -> Link:
-        seq = self._queue_verdict(self._redis, link, self._stamp(link.published_at))
+        seq = self._write([VerdictWrite(link)])[0][0]
         if seq:
             return replace(link, seq=int(seq))
         stood = self.verdict_of(link.doc_id)
         assert stood is not None
         return stood
-
-    def _stamp(self, published_at: int | None, clock: int | None = None) -> str:
-        """The stamp of an entry: the day of its `published_at`, or of the clock (read now unless given)."""
-        if published_at is None:
-            published_at = self.clock() if clock is None else clock
-        return f"{_day(published_at, time.time()):0{_DAY_HEX}x}"
-
-    def _queue_verdict(self, client: redis.Redis | Pipeline, link: Link, stamp: str) -> int | Pipeline:
-        keys = [self._clock, self._bucket("v", link.doc_id), f"{self._prefix}vseq"]
-        args = [self.keep.verdicts, link.doc_id, stamp, _verdict_value(link), link.seq or 0]
-        return self._record(keys=keys, args=args, client=client)
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         if not keys:
@@ -506,29 +614,11 @@ class RedisStateStore:
         }
 
     def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
-        holders = self._queue_claim(self._redis, keys, canonical_id, self._stamp(published_at))
+        holders = self._write([ClaimWrite(tuple(keys), canonical_id, published_at)])[0][0]
         return dict(zip(keys, holders, strict=True))
 
-    def _queue_claim(
-        self, client: redis.Redis | Pipeline, keys: Sequence[str], canonical_id: str, stamp: str
-    ) -> list[str] | Pipeline:
-        places = [self._exact(key) for key in keys]
-        args = [self.keep.exact, stamp + canonical_id, *(f for _, f in places)]
-        return self._claim(keys=[self._clock, *(b for b, _ in places)], args=args, client=client)
-
     def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
-        return bool(self._queue_exact_replace(self._redis, key, expected, canonical_id))
-
-    def _queue_exact_replace(
-        self, client: redis.Redis | Pipeline, key: str, expected: str, canonical_id: str
-    ) -> int | Pipeline:
-        bucket, field_ = self._exact(key)
-        return self._replace(
-            keys=[self._clock, bucket], args=[self.keep.exact, field_, expected, canonical_id], client=client
-        )
-
-    def _band_keys(self, language: str, bands: Sequence[int]) -> list[str]:
-        return [f"{self._prefix}b:{language}:{index}:{value >> 6}" for index, value in enumerate(bands)]
+        return bool(self._write([ReplaceWrite(key, expected, canonical_id)])[0][0])
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         return self.band_candidates_many([(language, tuple(bands))])[0]
@@ -550,7 +640,7 @@ class RedisStateStore:
         every = sorted({seq for seqs in wanted for seq in seqs})
         if not every:
             return [[] for _ in queries]
-        clock, values = self._read([(f"{self._prefix}s:{seq // 256}", str(seq)) for seq in every])
+        clock, values = self._read([(self._entries_key(seq // 256), str(seq)) for seq in every])
         entries = dict(zip(every, values, strict=True))
         results = []
         for (language, _), seqs in zip(queries, wanted, strict=True):
@@ -569,65 +659,23 @@ class RedisStateStore:
     def add_canonical(
         self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
     ) -> None:
-        self._queue_canonical(self._redis, canonical_id, simhash, language, bands, self._stamp(published_at))
-
-    def _queue_canonical(
-        self,
-        client: redis.Redis | Pipeline,
-        canonical_id: str,
-        simhash: int,
-        language: str,
-        bands: Sequence[int],
-        stamp: str,
-    ) -> None:
-        keys = [
-            self._clock,
-            self._bucket("c", canonical_id),
-            f"{self._prefix}seq",
-            f"{self._prefix}languages",
-            *self._band_keys(language, bands),
-        ]
-        entry = f"{simhash:0{_SIMHASH_HEX}x}{stamp}{canonical_id}"
-        args = [self.keep.bands, canonical_id, entry, language, *map(str, bands), f"{self._prefix}s:"]
-        self._add_canonical(keys=keys, args=args, client=client)
+        self._write([CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at)])
 
     def replace_verdict(self, link: Link, expected: Link) -> bool:
         current = self.verdict_of(link.doc_id)
         if current != expected:
             return False
         assert current is not None
-        return bool(self._queue_replace(self._redis, link, current, self._stamp(link.published_at)))
-
-    def _queue_replace(self, client: redis.Redis | Pipeline, link: Link, current: Link, stamp: str) -> int | Pipeline:
-        """Replace `current` (as stored: its encoding is compared) by `link`."""
-        keys = [self._clock, self._bucket("v", link.doc_id), f"{self._prefix}vseq"]
-        args = [self.keep.verdicts, link.doc_id, stamp, _verdict_value(link), link.seq or 0, _verdict_value(current)]
-        return self._replace_verdict(keys=keys, args=args, client=client)
+        return bool(self._write([ReplaceVerdictWrite(link, current)])[0][0])
 
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
-        self._queue_remove(self._redis, canonical_id, language, bands)
-
-    def _queue_remove(
-        self, client: redis.Redis | Pipeline, canonical_id: str, language: str, bands: Sequence[int]
-    ) -> None:
-        keys = [self._bucket("c", canonical_id), *self._band_keys(language, bands)]
-        args = [canonical_id, *map(str, bands), f"{self._prefix}s:"]
-        self._remove_canonical(keys=keys, args=args, client=client)
+        self._write([RemoveCanonicalWrite(canonical_id, language, tuple(bands))])
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
-        return int(self._queue_group(self._redis, canonical_id, 1, published_at)) + 1
+        return int(self._write([GrowWrite(canonical_id, 1, published_at)])[0][0]) + 1
 
     def shrink_group(self, canonical_id: str) -> int:
-        return int(self._queue_group(self._redis, canonical_id, -1, 0)) + 1
-
-    def _queue_group(
-        self, client: redis.Redis | Pipeline, canonical_id: str, count: int, published_at: int
-    ) -> int | Pipeline:
-        """Add `count` members (negative: fewer), the group stamped with the latest member's day (0 for a
-        shrink: a group keeps the stamp it has)."""
-        day = _day(published_at, time.time()) if count > 0 else 0
-        keys = [self._clock, self._bucket("g", canonical_id)]
-        return self._group(keys=keys, args=[self.keep.exact, canonical_id, count, day], client=client)
+        return int(self._write([GrowWrite(canonical_id, -1, 0)])[0][0]) + 1
 
     def group_size(self, canonical_id: str) -> int:
         return self.group_sizes([canonical_id])[canonical_id]
@@ -642,106 +690,244 @@ class RedisStateStore:
             sizes[canonical_id] = 1 if expired(_day_end(day), clock, self.keep.exact) else members + 1
         return sizes
 
+    # Batches
+
     def apply(self, writes: Sequence[Write], fence: Lease, exact: bool = False) -> Applied:
-        """Carry out a batch's buffered writes in one MULTI/EXEC transaction, fenced by `fence`.
+        """Carry out a batch's buffered writes, fenced by `fence`, slot by slot (see the module's "Writes").
 
         `writes` is a sequence of per-document groups, each ending with the document's
         `VerdictWrite` (the cascade records a verdict last) or, from a relink, its
         `ReplaceVerdictWrite`: a replacement whose document's verdict is no longer the one
-        it was planned on is `StaleSnapshot`, whatever `exact` says. Under WATCH of the lease key:
-        the lease must still be ours, or `LeaseLost`; a document that has a verdict by
-        now (an agent that read without the lease, a redelivery) has its whole group
-        dropped, so a lost race never makes a canonical, claims a key or grows a group;
-        with `exact` (a batch decided entirely under the lease) that is `StaleSnapshot`
-        instead, since later documents of the batch may have been decided against it. A
-        document linked to one that is no canonical by now (a relink linked it back) is
-        `StaleSnapshot` too: the batch was resolved on a snapshot read before that; one
-        whose verdict has passed its retention is still the canonical its exact keys name.
-        EXEC fails if the lease key changed or expired meanwhile: `LeaseLost` again (a change
-        that leaves the lease ours, its renewal, has the batch checked and written again).
+        it was planned on is `StaleSnapshot`, whatever `exact` says. The lease must still be
+        ours, or `LeaseLost`; a document that has a verdict by now (an agent that read without
+        the lease, a redelivery) has its whole group dropped, so a lost race never makes a
+        canonical, claims a key or grows a group; with `exact` (a batch decided entirely under
+        the lease) that is `StaleSnapshot` instead, since later documents of the batch may have
+        been decided against it. A document linked to one that is no canonical by now (a relink
+        linked it back) is `StaleSnapshot` too: the batch was resolved on a snapshot read before
+        that; one whose verdict has passed its retention is still the canonical its exact keys
+        name. A write refused by a slot's fence (a newer lease holder published there) is
+        `LeaseLost`: what was written before it is completed by the batch's redelivery.
 
-        The clock moves to the batch's newest stamp first, in the same transaction; a write
-        without a `published_at` is stamped with that clock.
+        The clock moves to the batch's newest stamp first; a write without a `published_at` is
+        stamped with that clock.
         """
+        self._ensure_layout()
         groups = _by_document(writes)
         if not groups:
             return Applied()
-        attempts = _WRITE_ATTEMPTS
-        while True:
-            try:
-                return self._apply(groups, fence, exact)
-            except redis.WatchError:
-                # EXEC wrote nothing. Renewing the lease (PEXPIRE) ends a WATCH as a new holder would:
-                # while the lease is still ours, the batch is checked and written again.
-                attempts -= 1
-                if attempts == 0 or self._redis.get(fence.key) != fence.token:
-                    raise LeaseLost(f"lease {fence.key} expired while the batch was being written") from None
-
-    def _apply(self, groups: list[tuple[str | None, list[Write]]], fence: Lease, exact: bool) -> Applied:
-        """`apply`, once: `redis.WatchError` when the lease key changed before EXEC."""
         applied = Applied()
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.watch(fence.key)
-            if pipe.get(fence.key) != fence.token:
-                raise LeaseLost(f"lease {fence.key} expired before the batch was written")
-            closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
-            replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
-            targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
-            clock, stored = self.verdicts_at([*closing, *targets])
-            decided = {doc_id: stored[doc_id] for doc_id in closing}
-            for doc_id, expected in replacing.items():
-                if decided.pop(doc_id) != expected:
-                    raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
-            applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
-            skipped = set(applied.lost)
-            if applied.lost and exact:
-                raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
-            # A link is only ever to a canonical. One found on a snapshot read without the lease may have
-            # stopped being one since (a relink linked it back into another group): decide it again.
-            for doc_id, write in closing.items():
-                target = write.link.canonical_id
-                if doc_id in skipped or target == doc_id:
-                    continue
-                now = closing[target].link if target in closing and target not in skipped else stored[target]
-                if now is not None and not now.verdict.canonical:
-                    raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
-            wall = time.time()
-            written = (write for _, group in groups for write in group)
-            stamps = [clamped(p, wall) for p in map(_published_at, written) if p is not None]
-            applied.clock = max([clock, *stamps])
-            pipe.multi()
-            self._advance(keys=[self._clock], args=[applied.clock], client=pipe)
-            recorded: list[str | None] = []
-            for doc_id, group in groups:
-                if doc_id in skipped:
-                    continue
-                for write in group:
-                    self._queue_write(pipe, write, applied.clock)
-                    closes = isinstance(write, VerdictWrite | ReplaceVerdictWrite)
-                    recorded.append(write.link.doc_id if closes else None)
-            results = pipe.execute()
-        applied.clock = max(applied.clock, int(results[0]))
-        seqs = zip(recorded, results[1:], strict=True)
-        applied.seqs = {doc_id: int(seq) for doc_id, seq in seqs if doc_id and seq}
+        closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
+        replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
+        targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
+        docs = [*closing, *targets]
+        calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
+        held, clock, *found = self._run([partial(_get, key=fence.key), partial(_get, key=self._clock), *calls])
+        if held != fence.token:
+            raise LeaseLost(f"lease {fence.key} expired before the batch was written")
+        stored = self._verdicts(docs, gather(found), int(clock or 0))
+        decided = {doc_id: stored[doc_id] for doc_id in closing}
+        for doc_id, expected in replacing.items():
+            if decided.pop(doc_id) != expected:
+                raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
+        applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
+        skipped = set(applied.lost)
+        if applied.lost and exact:
+            raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
+        # A link is only ever to a canonical. One found on a snapshot read without the lease may have
+        # stopped being one since (a relink linked it back into another group): decide it again.
+        for doc_id, write in closing.items():
+            target = write.link.canonical_id
+            if doc_id in skipped or target == doc_id:
+                continue
+            now = closing[target].link if target in closing and target not in skipped else stored[target]
+            if now is not None and not now.verdict.canonical:
+                raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
+        wall = time.time()
+        written = (write for _, group in groups for write in group)
+        stamps = [clamped(p, wall) for p in map(_published_at, written) if p is not None]
+        applied.clock = max([int(clock or 0), *stamps])
+        kept = [(doc_id, group) for doc_id, group in groups if doc_id not in skipped]
+        ordered = [write for _, group in kept for write in group]
+        closers: list[int | None] = []
+        for doc_id, group in kept:
+            closers += [len(closers) + len(group) - 1 if doc_id is not None else None] * len(group)
+        try:
+            results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("FENCED"):
+                raise LeaseLost(f"lease {fence.key} was taken by a newer holder while the batch was written") from None
+            raise
+        for write, result in zip(ordered, results, strict=True):
+            if isinstance(write, VerdictWrite | ReplaceVerdictWrite):
+                if result:
+                    applied.seqs[write.link.doc_id] = int(result)
+                elif isinstance(write, VerdictWrite):  # decided meanwhile by a writer without the lease
+                    applied.lost.append(write.link.doc_id)
         return applied
 
-    def _queue_write(self, pipe: Pipeline, write: Write, clock: int) -> None:
-        """Queue one write; `clock` stamps a write that has no `published_at`."""
-        match write:
-            case ClaimWrite(keys, canonical_id, published_at):
-                self._queue_claim(pipe, keys, canonical_id, self._stamp(published_at, clock))
-            case ReplaceWrite(key, expected, canonical_id):
-                self._queue_exact_replace(pipe, key, expected, canonical_id)
-            case CanonicalWrite(canonical_id, simhash, language, bands, published_at):
-                self._queue_canonical(pipe, canonical_id, simhash, language, bands, self._stamp(published_at, clock))
-            case GrowWrite(canonical_id, count, published_at):
-                self._queue_group(pipe, canonical_id, count, published_at)
-            case VerdictWrite(link):
-                self._queue_verdict(pipe, link, self._stamp(link.published_at, clock))
-            case RemoveCanonicalWrite(canonical_id, language, bands):
-                self._queue_remove(pipe, canonical_id, language, bands)
-            case ReplaceVerdictWrite(link, expected):
-                self._queue_replace(pipe, link, expected, self._stamp(link.published_at, clock))
+    def _write(
+        self,
+        writes: Sequence[Write],
+        epoch: int = 0,
+        clock: int | None = None,
+        closers: Sequence[int | None] | None = None,
+    ) -> tuple[list[Any], int]:
+        """Carry out `writes` in rounds, each a pipeline of one-slot scripts fenced by `epoch` (0: unfenced):
+        the registrations held and the seqs to draw; exact keys and the c: entries of new canonicals; their
+        s: and band entries; verdicts; group sizes. Returns what each write returns on its own (a claim its
+        holders, a verdict its seq or 0, a canonical its seq, a group its members) and the clock. With
+        `closers` (a batch: the index of the verdict closing each write's document) the clock moves to
+        `clock` first, and a group grows only for a verdict recorded now."""
+        self._ensure_layout()
+        results: list[Any] = [None] * len(writes)
+        registering = [i for i, w in enumerate(writes) if isinstance(w, CanonicalWrite | RemoveCanonicalWrite)]
+        named = {i: writes[i].canonical_id for i in registering}  # type: ignore[union-attr]
+        drawn = [
+            i for i, w in enumerate(writes) if isinstance(w, VerdictWrite | ReplaceVerdictWrite) and not w.link.seq
+        ]
+        # 1: the c: entries of the canonicals registered or removed, the verdict seqs drawn (and the clock)
+        calls, gather = self._field_calls([(self._bucket("c", doc_id), doc_id) for doc_id in named.values()])
+        tail = [partial(_incrby, key=self._vseq, amount=len(drawn))] if drawn else []
+        if clock is None:
+            tail.append(partial(_get, key=self._clock))
+        found = self._run([*calls, *tail])
+        if clock is None:
+            clock = int(found.pop() or 0)
+        verdict_seqs = (
+            dict(zip(drawn, range(int(found.pop()) - len(drawn) + 1, 1 << 62), strict=False)) if drawn else {}
+        )
+        old = {i: int(value) for i, value in zip(registering, gather(found), strict=True) if value is not None}
+        # 2: their s: entries, and seqs for the canonicals registered nowhere
+        fresh = [i for i in registering if isinstance(writes[i], CanonicalWrite) and i not in old]
+        calls, gather = self._field_calls([(self._entries_key(seq // 256), str(seq)) for seq in old.values()])
+        found = self._run([*calls, *([partial(_incrby, key=self._seq, amount=len(fresh))] if fresh else [])])
+        new = dict(zip(fresh, range(int(found.pop()) - len(fresh) + 1, 1 << 62), strict=False)) if fresh else {}
+        held: dict[int, int] = {}
+        """Canonicals registered under a live entry of the same fingerprint (their band entries are written
+        again where missing: a batch applied again), and removals: the seq they hold."""
+        dead = []
+        for (i, seq), entry in zip(old.items(), gather(found), strict=True):
+            write = writes[i]
+            if isinstance(write, RemoveCanonicalWrite):
+                held[i] = seq
+            elif entry is not None and not expired(_day_end(int(entry[16:20], 16)), clock, self.keep.bands):
+                results[i] = seq
+                if int(entry[:_SIMHASH_HEX], 16) == write.simhash:  # type: ignore[union-attr]
+                    held[i] = seq
+            else:
+                dead.append(i)  # its entry expired (or a crash left it unwritten): registered again
+        if dead:
+            last = int(self._redis.incrby(self._seq, len(dead)))
+            new.update(zip(dead, range(last - len(dead) + 1, last + 1), strict=True))
+        # 3: exact keys, the c: entries of new canonicals (compare-and-set), the counter past given verdict seqs
+        sinks: list[tuple[Call, Callable[[Any], None]]] = []
+        moved = [clock]
+        if closers is not None:
+            sinks.append((partial(self._advance, keys=[self._clock], args=[clock]), moved.append))
+        given = [w.link.seq for w in writes if isinstance(w, VerdictWrite | ReplaceVerdictWrite) and w.link.seq]
+        if given:
+            sinks.append((partial(self._at_least, keys=[self._vseq], args=[max(given)]), _ignore))
+        for i, write in enumerate(writes):
+            match write:
+                case ClaimWrite(keys, canonical_id, published_at):
+                    places = [self._exact(key) for key in keys]
+                    results[i] = [None] * len(keys)
+                    holder = self._stamp(published_at, clock) + canonical_id
+                    for group in self._by_slot([bucket for bucket, _ in places]):
+                        args = [self.keep.exact, holder, *(places[g][1] for g in group)]
+                        call = self._fenced(self._claim, [places[g][0] for g in group], args, epoch, clock)
+                        sinks.append((call, partial(_fill, results[i], group)))
+                case ReplaceWrite(key, expected, canonical_id):
+                    bucket, field_ = self._exact(key)
+                    args = [self.keep.exact, field_, expected, canonical_id]
+                    sinks.append((self._fenced(self._replace, [bucket], args, epoch, clock), partial(_put, results, i)))
+                case CanonicalWrite(canonical_id) if i in new:
+                    args = [canonical_id, old.get(i, ""), new[i]]
+                    call = self._fenced(self._register, [self._bucket("c", canonical_id)], args, epoch, clock)
+                    sinks.append((call, partial(_put, results, i)))
+        self._sink(sinks)
+        for i in new:
+            if not results[i]:
+                raise StaleSnapshot(f"{named[i]} was taken out of the canonicals while it was registered")
+        # 4: s: and band entries of the canonicals registered now (or again), those of the removed taken out
+        entries: dict[str, list[str]] = {}
+        adding: list[tuple[str, str]] = []
+        dropping: list[tuple[str, str]] = []
+        languages = set()
+        for i in registering:
+            write = writes[i]
+            if isinstance(write, CanonicalWrite) and (results[i] == new.get(i) or i in held):
+                seq = str(results[i])
+                stamp = self._stamp(write.published_at, clock)
+                entry = f"{write.simhash:0{_SIMHASH_HEX}x}{stamp}{write.canonical_id}"
+                entries.setdefault(self._entries_key(results[i] // 256), []).extend((seq, entry))
+                adding += [
+                    (key, f"{value} {seq}")
+                    for key, value in zip(self._band_keys(write.language, write.bands), write.bands, strict=True)
+                ]
+                languages.add(write.language)
+            elif isinstance(write, RemoveCanonicalWrite) and i in held:
+                seq = str(held[i])
+                dropping += [
+                    (key, f"{value} {seq}")
+                    for key, value in zip(self._band_keys(write.language, write.bands), write.bands, strict=True)
+                ]
+                dropping_entry = self._entries_key(held[i] // 256)
+                sinks.append((self._fenced(self._drop_entries, [dropping_entry], ["", seq], epoch, clock), _ignore))
+        sinks += [(self._fenced(self._entries, [key], pairs, epoch, clock), _ignore) for key, pairs in entries.items()]
+        sinks += [(call, _ignore) for call in self._band_calls(self._bands, adding, epoch, clock)]
+        sinks += [(call, _ignore) for call in self._band_calls(self._drop_bands, dropping, epoch, clock)]
+        if languages:
+            sinks.append((partial(_hset, key=self._languages, mapping=dict.fromkeys(sorted(languages), 1)), _ignore))
+        self._sink(sinks)
+        # 5: the removed canonicals' c: entries, then verdicts: each first-writer-wins in its own slot
+        for i, write in enumerate(writes):
+            match write:
+                case RemoveCanonicalWrite(canonical_id) if i in held:
+                    call = self._fenced(
+                        self._unregister, [self._bucket("c", canonical_id)], [canonical_id, held[i]], epoch, clock
+                    )
+                    sinks.append((call, _ignore))
+                case VerdictWrite(link):
+                    args = self._verdict_args(link, link.seq or verdict_seqs[i], clock)
+                    call = self._fenced(self._record, [self._bucket("v", link.doc_id)], args, epoch, clock)
+                    sinks.append((call, partial(_put, results, i)))
+                case ReplaceVerdictWrite(link, expected):
+                    args = [*self._verdict_args(link, link.seq or verdict_seqs[i], clock), _verdict_value(expected)]
+                    call = self._fenced(self._replace_verdict, [self._bucket("v", link.doc_id)], args, epoch, clock)
+                    sinks.append((call, partial(_put, results, i)))
+        self._sink(sinks)
+        # 6: group sizes, once the verdict that makes a member is recorded
+        for i, write in enumerate(writes):
+            if isinstance(write, GrowWrite):
+                closer = closers[i] if closers is not None else None
+                if closer is not None and not results[closer]:
+                    results[i] = 0
+                    continue
+                day = _day(write.published_at, time.time()) if write.count > 0 else 0
+                args = [self.keep.exact, write.canonical_id, write.count, day]
+                call = self._fenced(self._group, [self._bucket("g", write.canonical_id)], args, epoch, clock)
+                sinks.append((call, partial(_put, results, i)))
+        self._sink(sinks)
+        return results, max(moved)
+
+    def _verdict_args(self, link: Link, seq: int, clock: int) -> list[Any]:
+        return [self.keep.verdicts, link.doc_id, self._stamp(link.published_at, clock), _verdict_value(link), seq]
+
+    def _band_calls(self, script: _Lua, items: Sequence[tuple[str, str]], epoch: int, clock: int) -> list[Call]:
+        """One call per slot of (band bucket, "value seq") items."""
+        calls = []
+        for group in self._by_slot([key for key, _ in items]):
+            args = [token for g in group for token in items[g][1].split(" ")]
+            calls.append(self._fenced(script, [items[g][0] for g in group], args, epoch, clock))
+        return calls
+
+    def _sink(self, sinks: list[tuple[Call, Callable[[Any], None]]]) -> None:
+        """Run the calls in one round trip, each answer to its sink; empties `sinks`."""
+        for (_, sink), answer in zip(sinks, self._run([call for call, _ in sinks]), strict=True):
+            sink(answer)
+        sinks.clear()
 
     # The sweep: by bucket, never by LRU
 
@@ -761,83 +947,178 @@ class RedisStateStore:
         clock has moved into a day after the one the last pass started on; a family kept forever is
         skipped, and with every family kept forever there is no pass.
         """
+        self._ensure_layout()
         removed = 0
-        while removed < limit and (deadline is None or time.monotonic() < deadline):
-            place = self._sweep_position()
-            if place is None:
-                return Swept(removed, True)
-            step = self._sweep_step(*place, limit - removed, fence)
-            if step < 0:
+        try:
+            while removed < limit and (deadline is None or time.monotonic() < deadline):
+                place = self._sweep_position(fence)
+                if place is None:
+                    return Swept(removed, True)
+                if place[0] < 0:
+                    return Swept(removed, False)
+                removed += self._sweep_step(*place, limit - removed, fence.epoch if fence else 0)
+        except redis.ResponseError as exc:
+            if str(exc).startswith("FENCED"):
                 return Swept(removed, False)
-            removed += step
-        return Swept(removed, self._sweep_position() is None)
+            raise
+        return Swept(removed, self._sweep_position(fence) is None)
 
-    def _sweep_position(self) -> tuple[int, int] | None:
-        """Where the sweep goes on, and where its pass ends: the cursor, 0 for a new pass once the clock is
-        in a later day than the last pass began on; None when the pass for today is complete."""
+    def _sweep_position(self, fence: Lease | None) -> tuple[int, int, int] | None:
+        """Where the sweep goes on, where its pass ends, and the clock: the cursor, 0 for a new pass once the
+        clock is in a later day than the last pass began on; None when the pass for today is complete
+        (a position of -1: the lease is lost)."""
         if not (self.keep.verdicts or self.keep.exact or self.keep.bands):
             return None
-        with self._redis.pipeline(transaction=False) as pipe:
-            pipe.get(self._clock)
-            pipe.hmget(self._cursor, ["day", "at"])
-            pipe.get(f"{self._prefix}seq")
-            clock, (day, at), seq = pipe.execute()
+        clock, (day, at), seq, held = self._run(
+            [
+                partial(_get, key=self._clock),
+                partial(_hmget, key=self._cursor, fields=["day", "at"]),
+                partial(_get, key=self._seq),
+                partial(_get, key=fence.key if fence else self._clock),
+            ]
+        )
+        if fence is not None and held != fence.token:
+            return -1, 0, 0
+        clock = int(clock or 0)
         end = len(_FAMILIES) * 16**self._bucket_hex + int(seq or 0) // 256 + 1
         if at is not None and int(at) < end:
-            return int(at), end
-        today = int(clock or 0) // DAY_S
+            return int(at), end, clock
+        today = clock // DAY_S
         if day is not None and int(day) >= today:
             if at is not None:
                 self._redis.hdel(self._cursor, "at")
             return None
         self._redis.hset(self._cursor, mapping={"day": today, "at": 0})
-        return 0, end
+        return 0, end, clock
 
-    def _sweep_step(self, at: int, end: int, limit: int, fence: Lease | None) -> int:
+    def _sweep_step(self, at: int, end: int, clock: int, limit: int, epoch: int) -> int:
         """Sweep the buckets at cursor position `at` (`end` ends the pass): hash buckets of one family (up
-        to `_SWEEP_BUCKETS`, `_SWEEP_FIELDS` fields), or one s: bucket. Returns how many entries it removed
-        (-1: the lease is lost)."""
-        lease = [fence.key if fence else self._clock]
-        token = fence.token if fence else ""
+        to `_SWEEP_BUCKETS`, `_SWEEP_FIELDS` fields, a call per run of one slot), or one s: bucket. Returns
+        how many entries it removed."""
         per_family = 16**self._bucket_hex
         family = at // per_family
         keep = (self.keep.verdicts, self.keep.exact, self.keep.exact, self.keep.bands)[min(family, len(_FAMILIES))]
         if not keep:  # kept forever: on to the next family
             self._redis.hset(self._cursor, "at", (family + 1) * per_family if family < len(_FAMILIES) else end)
             return 0
-        if family < len(_FAMILIES):
-            kind, stamp_in = _FAMILIES[family]
-            first = at % per_family
-            last = min(per_family, first + _SWEEP_BUCKETS)
-            buckets = [f"{self._prefix}{kind}:{b:0{self._bucket_hex}x}" for b in range(first, last)]
-            keys = [self._clock, self._cursor, *lease, *buckets]
-            args = [token, keep, stamp_in, limit, at, _SWEEP_FIELDS]
-            return int(self._expire_fields(keys=keys, args=args))
-        return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, lease, token)
+        if family >= len(_FAMILIES):
+            return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, epoch, clock)
+        kind, stamp_in = _FAMILIES[family]
+        first = at % per_family
+        buckets = [
+            self._hashed(kind, f"{b:0{self._bucket_hex}x}")
+            for b in range(first, min(per_family, first + _SWEEP_BUCKETS))
+        ]
+        removed, done, budget = 0, 0, _SWEEP_FIELDS
+        for run in _runs(buckets, self._slot):
+            args = [keep, stamp_in, limit - removed, budget]
+            gone, finished, read = self._fenced(self._expire_fields, run, args, epoch, clock)(client=self._redis)
+            removed, done, budget = removed + int(gone), done + int(finished), budget - int(read)
+            if finished < len(run) or budget <= 0 or removed >= limit:
+                break
+        self._redis.hset(self._cursor, "at", at + done)
+        return removed
 
-    def _sweep_canonicals(self, at: int, bucket: int, limit: int, lease: list[str], token: str) -> int:
+    def _sweep_canonicals(self, at: int, bucket: int, limit: int, epoch: int, clock: int) -> int:
         """Remove up to `limit` expired canonicals of s: bucket `bucket`, with their c: and band entries
         in every language registered (the s: entry does not name its language: that would cost bytes
-        in every canonical). The cursor stays on the bucket while expired canonicals are left in it."""
-        s_bucket = f"{self._prefix}s:{bucket}"
-        with self._redis.pipeline(transaction=False) as pipe:
-            self._expired_canonicals(keys=[self._clock, s_bucket], args=[self.keep.bands], client=pipe)
-            pipe.hkeys(f"{self._prefix}languages")
-            flat, languages = pipe.execute()
-        gone = list(zip(flat[::2], flat[1::2], strict=True))
-        keys: list[str] = []
-        args: list[str | int] = []
-        for seq, entry in gone[:limit]:
-            doc_id, values = entry[_SIMHASH_HEX + _DAY_HEX :], bands(int(entry[:_SIMHASH_HEX], 16))
-            keys += [
-                self._bucket("c", doc_id),
-                *(k for lang in sorted(languages) for k in self._band_keys(lang, values)),
+        in every canonical): band and c: entries first, the s: entry last, so that a sweep stopped
+        between them finds the canonical again. The cursor stays on the bucket while expired
+        canonicals are left in it."""
+        s_bucket = self._entries_key(bucket)
+        flat, languages = self._run(
+            [
+                partial(self._expired_canonicals, keys=[s_bucket], args=[clock, self.keep.bands]),
+                partial(_hkeys, key=self._languages),
             ]
-            args += [seq, doc_id, *values]
-        after = at if len(gone) > limit else at + 1
-        width = 1 + 4 * len(languages)
-        keys = [self._clock, self._cursor, *lease, s_bucket, *keys]
-        return int(self._expire_canonicals(keys=keys, args=[token, self.keep.bands, after, width, *args]))
+        )
+        gone = list(zip(flat[::2], flat[1::2], strict=True))[:limit]
+        dropping: list[tuple[str, str]] = []
+        calls: list[Call] = []
+        for seq, entry in gone:
+            doc_id, values = entry[_SIMHASH_HEX + _DAY_HEX :], bands(int(entry[:_SIMHASH_HEX], 16))
+            for language in sorted(languages):
+                dropping += [
+                    (key, f"{v} {seq}") for key, v in zip(self._band_keys(language, values), values, strict=True)
+                ]
+            calls.append(self._fenced(self._unregister, [self._bucket("c", doc_id)], [doc_id, seq], epoch, clock))
+        self._run([*calls, *self._band_calls(self._drop_bands, dropping, epoch, clock)])
+        after = at if len(flat) // 2 > limit else at + 1
+        args = [self.keep.bands, *(seq for seq, _ in gone)]
+        removed, _ = self._run(
+            [
+                self._fenced(self._drop_entries, [s_bucket], args, epoch, clock),
+                partial(_hset, key=self._cursor, mapping={"at": after}),
+            ]
+        )
+        return int(removed)
+
+
+class _Lua:
+    """A script called on keys of one slot: EVALSHA on one server (the pipeline loads it first), EVAL on a
+    cluster, whose pipeline refuses EVALSHA and whose nodes each keep a script cache of their own (a
+    replica promoted by a failover has not seen SCRIPT LOAD): the body travels, Redis compiles it once."""
+
+    def __init__(self, client: Client, source: str) -> None:
+        self._source = source
+        self._client = client
+        self._script = client.register_script(source)
+        self._eval = isinstance(client, RedisCluster)
+
+    def __call__(self, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+        """Run now, or queue on `client` (a pipeline)."""
+        client = self._client if client is None else client
+        if self._eval:
+            return client.execute_command("EVAL", self._source, len(keys), *keys, *args)
+        return self._script(keys=keys, args=args, client=client)
+
+
+def _runs(keys: Sequence[str], slot: Callable[[str], int]) -> list[list[str]]:
+    """`keys` cut into runs of consecutive keys of one slot."""
+    runs: list[list[str]] = []
+    for key in keys:
+        if runs and slot(runs[-1][-1]) == slot(key):
+            runs[-1].append(key)
+        else:
+            runs.append([key])
+    return runs
+
+
+def _get(key: str, client: Any) -> Any:
+    return client.get(key)
+
+
+def _exists(key: str, client: Any) -> Any:
+    return client.exists(key)
+
+
+def _incrby(key: str, amount: int, client: Any) -> Any:
+    return client.incrby(key, amount)
+
+
+def _hmget(key: str, fields: list[str], client: Any) -> Any:
+    return client.hmget(key, fields)
+
+
+def _hkeys(key: str, client: Any) -> Any:
+    return client.hkeys(key)
+
+
+def _hset(key: str, mapping: dict[str, Any], client: Any) -> Any:
+    return client.hset(key, mapping=mapping)
+
+
+def _fill(target: list[Any], indexes: Sequence[int], values: Sequence[Any]) -> None:
+    for index, value in zip(indexes, values, strict=True):
+        target[index] = value
+
+
+def _put(target: list[Any], index: int, value: Any) -> None:
+    target[index] = value
+
+
+def _ignore(_: Any) -> None:
+    pass
 
 
 _FAMILIES = (("v", "v"), ("x", "v"), ("g", "g"))

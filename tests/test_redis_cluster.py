@@ -1,0 +1,163 @@
+"""The Redis state store on a real Redis Cluster: 3 masters and their replicas, local processes (tests/conftest.py).
+
+Keys spread over every master, no script or pipeline crosses a slot (CROSSSLOT would raise), the store's
+contract tests pass on the cluster as on one server, and a stream decided by the real worker survives a
+master killed mid-stream: its replica takes over, every document gets one verdict, the invariants hold.
+A state of another layout (written before this one) is refused in one line naming `dedup replay`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from streams.config import RetentionSettings
+from streams.core.model import Link, Stage, Verdict
+from streams.core.ports import Reads
+from streams.evaluation.stack import Stack, assert_invariants
+from streams.stores.batched import BatchedState
+from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_store import LayoutMismatch, RedisStateStore, connect
+from tests.conftest import LocalRedisCluster, local_redis_cluster
+
+# The store's contract, run here against the cluster: `redis_url` and `store` below replace conftest's.
+from tests.test_state_stores import (  # noqa: F401
+    test_a_batch_is_written_in_one_flush_and_the_first_verdict_stands,
+    test_band_lookup_finds_canonicals_sharing_any_band_in_the_same_language,
+    test_exact_claim_is_set_if_absent_and_replace_is_compare_and_set,
+    test_redis_claims_are_atomic_across_clients,
+    test_verdicts_and_groups,
+)
+from tests.test_streaming_faults import _copies
+from tests.test_streaming_guarantees import _ids_on
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_cluster: LocalRedisCluster) -> str:
+    """The cluster's URL (`redis+cluster://`) where the imported contract tests ask for a Redis."""
+    return redis_cluster.url
+
+
+@pytest.fixture(params=["redis-cluster", "redis-cluster-batched"])
+def store(request: pytest.FixtureRequest, redis_url: str) -> Iterator[RedisStateStore | BatchedState]:
+    shared = RedisStateStore.from_url(redis_url, prefix=f"t{uuid.uuid4().hex}:")
+    yield BatchedState(shared) if request.param == "redis-cluster-batched" else shared
+    shared.close()
+
+
+def _decide(store: RedisStateStore, count: int, tag: str) -> None:
+    """`count` documents through batches flushed under the lease: canonicals, claims, links, group sizes."""
+    lock = RedisLock(store._redis, f"{store._prefix}lock:register", ttl_s=5, fence=store.fence)
+    for start in range(0, count, 100):
+        batch = BatchedState(store)
+        ids = [f"{tag}{i}" for i in range(start, min(count, start + 100))]
+        with lock.held() as lease:
+            batch.warm(Reads(doc_ids=ids, exact_keys=[f"u:{i}" for i in ids], band_queries=[]))
+            for number, doc in enumerate(ids):
+                if number % 4:
+                    canonical = ids[number - number % 4]
+                    batch.grow_group(canonical, 1_700_000_000)
+                    batch.record_verdict(Link(doc, Verdict.DUPLICATE, canonical, Stage.URL, published_at=1_700_000_000))
+                    continue
+                value = random.Random(doc).getrandbits(64)
+                bands = tuple((value >> (16 * i)) & 0xFFFF for i in range(4))
+                batch.exact_claim([f"u:{doc}", f"c:{doc}"], doc, 1_700_000_000)
+                batch.add_canonical(doc, value, "en", bands, 1_700_000_000)
+                batch.record_verdict(replace(Link.unique(doc), published_at=1_700_000_000))
+            batch.flush(lease)
+
+
+def test_keys_spread_over_every_master_and_no_command_crosses_a_slot(redis_cluster: LocalRedisCluster) -> None:
+    client = connect(redis_cluster.url)
+    before = {port: redis.Redis(port=port).dbsize() for port in redis_cluster.masters()}
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    _decide(store, 2_000, "d")
+    assert store.verdict_of("d5") == Link("d5", Verdict.DUPLICATE, "d4", Stage.URL, seq=6)
+    assert store.group_size("d4") == 4
+    grown = {port: redis.Redis(port=port).dbsize() - before[port] for port in before}
+    assert len(grown) == 3
+    assert min(grown.values()) > 0.2 * sum(grown.values()), grown  # every master holds a share
+    store.close()
+
+
+def test_the_sweep_and_a_relink_run_on_the_cluster(redis_cluster: LocalRedisCluster) -> None:
+    store = RedisStateStore(
+        connect(redis_cluster.url),
+        f"t{uuid.uuid4().hex}:",
+        retention=RetentionSettings(bands_days=7, exact_days=7, verdicts_days=7),
+    )
+    _decide(store, 400, "r")
+    assert store.remove_canonical("r0", "en", _bands("r0")) is None
+    assert store.band_candidates("en", _bands("r0")) == []
+    assert store.replace_verdict(Link("r1", Verdict.UNIQUE, "r1"), store.verdict_of("r1"))  # type: ignore[arg-type]
+    assert store.shrink_group("r0") == 3
+    store.advance(1_700_000_000 + 30 * 86_400)
+    assert store.verdict_of("r4") is None  # past its retention: hidden at once
+    removed = 0
+    while step := store.expire(limit=500):
+        removed += step
+    assert removed >= 400 + 100  # verdicts, exact keys, group sizes and canonicals
+    assert store.band_candidates("en", _bands("r4")) == []
+    store.close()
+
+
+def _bands(doc: str) -> tuple[int, ...]:
+    value = random.Random(doc).getrandbits(64)
+    return tuple((value >> (16 * i)) & 0xFFFF for i in range(4))
+
+
+def test_a_state_of_another_layout_is_refused_in_one_line(redis_url: str) -> None:
+    client = connect(redis_url)
+    prefix = f"t{uuid.uuid4().hex}:"
+    client.set(f"{prefix}seq", 41)  # this morning's layout: data, and no layout key
+    client.hset(f"{prefix}v:abc", "doc", "4e2f1 uu-;0;")
+    with pytest.raises(LayoutMismatch, match=r"dedup replay") as refused:
+        RedisStateStore(client, prefix).verdict_of("doc")
+    assert "\n" not in str(refused.value)
+    fresh = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    fresh.record_verdict(Link.unique("a"))
+    assert RedisStateStore(client, fresh._prefix).verdict_of("a") == replace(Link.unique("a"), seq=1)
+    client.close()
+
+
+def test_a_stream_survives_a_master_killed_mid_stream(
+    kafka_bootstrap: str, tmp_path: Path, ntrex: list[object]
+) -> None:
+    """The real worker against a cluster of its own; one master SIGKILLed while documents flow."""
+    records = _copies(30, random.Random(5))
+    ids = {r["id"] for r in records}
+    with local_redis_cluster(tmp_path / "cluster") as cluster:
+        folder = tmp_path / "stack"
+        folder.mkdir()
+        stack = Stack(kafka_bootstrap, cluster.url, folder, partitions=2)
+        stack.create_topics()
+        stack.start_worker()
+        stack.start_worker()
+        links = stack.settings().topics.links
+        try:
+            half = len(records) // 2
+            stack.produce(orjson.dumps(r) for r in records[:half])
+            stack.read(links, until=half // 3, timeout=180)
+            victim = cluster.masters()[0]
+            cluster.kill(victim)
+            stack.produce(orjson.dumps(r) for r in records[half:])
+            deadline = time.monotonic() + 30
+            while victim in cluster.masters() or len(cluster.masters()) < 3:
+                assert time.monotonic() < deadline, "no replica took over"
+                time.sleep(0.2)
+            latest, _ = stack.final_links(ids, timeout=300)
+            canonicals = {doc_id for doc_id, link in latest.items() if link["verdict"] == "unique"}
+            deduped = _ids_on(stack, stack.settings().topics.deduped, canonicals)
+        finally:
+            stack.stop()
+    assert latest.keys() == ids
+    assert_invariants(latest)
+    assert canonicals <= deduped
