@@ -279,10 +279,14 @@ class Settings(BaseSettings):
     )
     topics: TopicSettings = Field(default_factory=TopicSettings)
     redis_url: SecretStr | None = Field(
-        None, description="State store of the workers: redis:// or rediss:// (TLS); may hold a password."
+        None,
+        description="State store of the workers: redis:// or rediss:// (TLS), redis+cluster:// (or rediss+cluster://) "
+        "for a Redis Cluster through any of its nodes; may hold a password.",
     )
     redis_password: SecretStr | None = Field(None, description="Redis password, if not in the URL.")
-    redis_prefix: str = Field("dedup:", description="Prefix of every Redis key; '{dedup}:' on Redis Cluster.")
+    redis_prefix: str = Field(
+        "dedup:", description="Prefix of every Redis key (no hash tag on Redis Cluster: each bucket has its own)."
+    )
     qdrant_url: str | None = Field(
         None, description="Vector store of the workers: a Qdrant server URL, or 'embedded' for one in state_dir."
     )

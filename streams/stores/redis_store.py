@@ -1,23 +1,37 @@
-"""The production state store: the same `StateStore` on Redis, shared by every worker.
+"""The production state store: the same `StateStore` on Redis or Redis Cluster, shared by every worker.
 
 Redis spends about 50 bytes on every key, so nothing here has a key of its own:
 entries live as fields of hashes split into a fixed number of buckets (a small
 hash is stored as one compact listpack). Under a configurable prefix (default
-`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x`:
+`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x` (3 hex digits
+by default) and `{t}` a hash tag of 2 hex digits (below):
 
 | hash | field | value |
 |---|---|---|
-| `v:{B(doc_id)}` | doc_id | the verdict: its stamp, its `seq`, a space, then the fields of `_verdict_value` |
-| `x:{B(key)}` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) it names |
-| `c:{B(doc_id)}` | doc_id | a canonical's first-seen `seq` (marks it registered; its s: entry holds the stamp) |
-| `s:{seq >> 8}` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
-| `b:{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
-| `g:{B(doc_id)}` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
+| `v:{t}…` of `B(doc_id)` | doc_id | the verdict: its stamp, its `seq`, a space, then `_verdict_value` |
+| `x:{t}…` of `B(key)` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) named |
+| `c:{t}…` of `B(doc_id)` | doc_id | a canonical's first-seen `seq` (marks it registered; s: holds the stamp) |
+| `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
+| `b:{t}{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
+| `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
+| `layout` (string) | | `LAYOUT`: the key layout the state was written in |
+| `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t` |
+
+Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
+`n % 256`, of `(value >> 6) % 256`), so the buckets of every family fall into 256 slot
+groups that the cluster spreads over its masters, and the v:, x:, c:, g: buckets of one
+tag share a slot. The singletons (seq, vseq, clock, sweep, languages, layout, the lock)
+hash whole, each wherever its slot is. Every script touches keys of one slot: a read or
+write of many buckets is one script call per slot, all pipelined in one round trip
+(redis-py's cluster pipeline sends each master its share, and its client follows MOVED
+and ASK: a failover, a resharding). On one server every key is in the one slot group
+that server owns: the same code makes one call where a cluster makes several. A cluster
+is chosen by the URL (`redis+cluster://`, `connect`).
 
 Retention (`RetentionSettings`, in the stream's time): a stamp is the day of an entry's
 `published_at` (4 hex digits), so an entry is hidden once all of its day is older than the
@@ -30,24 +44,70 @@ sweep reads every bucket once a day instead of keeping a per-day index of what t
 which would repeat every entry's field (a doc_id, 20 hex digits of a key's hash) in memory:
 measured on the 100,000-document run of `benchmarks/redis_memory.py` (293 bytes per canonical,
 stamps included), such an index cost 130 bytes more per canonical as appended strings, 332 as
-sets; the stamps cost 10 (283 before them). State written before the stamps reads wrongly:
-rebuild it with `dedup replay`.
+sets; the stamps cost 10 (283 before them). The scripts get the clock as an argument (its key
+is in another slot), read with the batch.
+
+Layouts. A state written in another layout (before the stamps, before the hash tags) would
+be misread: the store refuses it in one line (`LayoutMismatch`: rebuild it with `dedup
+replay`). An empty state is marked with `{prefix}layout` on first use; data (a seq, vseq,
+clock, sweep or languages key) without it is an older layout.
 
 Every value that holds a caller's strings ends with them (after fixed-width fields,
 the first of two prefixed by its length), so no id, however strange, can break the
 encoding.
 
-Writes come from the streaming agents in batches (`apply`): fenced by the
-registration lease, checked against the verdicts already recorded, and applied
-in one MULTI/EXEC transaction (see `apply`). `dedup relink` writes the same way,
-its verdict replacements checked against the verdicts it was planned on.
+Writes: there is no transaction across slots, so a batch (`apply`) is written in rounds of
+one-slot scripts, each idempotent, in an order that a crash between any two leaves a state
+the batch's redelivery completes (re-applying a half-applied batch gives the full batch's
+result):
+
+1. checks: the lease key still holds our token, the verdicts of the batch's documents (one
+   decided meanwhile has its whole group dropped), the clock;
+2. seqs: `INCRBY` on the counters draws exactly the verdict and canonical seqs the batch
+   needs (a c: entry read first: a canonical registered already keeps its seq);
+3. exact keys (first writer wins; the same holder claiming again changes nothing) and the
+   c: entry of each new canonical (compare-and-set on the seq read in 2);
+4. its s: entry (set where absent) and its band entries (the seq added where not there); a
+   removed canonical's band and s: entries go here;
+5. verdicts, last: first writer wins, atomic per document (one field in one slot); a removed
+   canonical's c: entry goes here, so a redelivered removal still finds its seq;
+6. group sizes, only for a verdict recorded in 5.
+
+A crash after 3 leaves a c: entry whose s: entry is missing: the redelivery finds it dead
+and registers the canonical under a new seq (a seq left in a band entry without an s: entry
+is no candidate). A crash after 4 leaves a live registration: registered again, its band
+entries are written where missing. Claims name the document itself, so its redelivery finds
+them its own; meanwhile another document may be linked to that document, which the
+redelivery then decides the same way (it holds the keys). A crash between 5 and 6 leaves a
+group one member short (the one cost of no cross-slot transaction; it grows again with the
+next member). An unfenced writer racing a verdict in 5 loses the document (`Applied.lost`).
+
+Fencing. The registration lease (`redis_lock`) carries an epoch, drawn by `INCR` once the
+lock is ours, so every later holder has a greater one. `RedisLock(fence=store.fence)`
+publishes it to the fence key of every slot group before `acquire` returns, i.e. before the
+new holder reads anything; every writing script compares the writer's epoch with its slot's
+fence key and refuses an older one (`FENCED`: `LeaseLost`). So a holder paused past its
+lease, waking up anywhere in `apply`, writes nothing in a slot once the new holder has
+published there, and whatever it wrote before that the new holder reads: no write of an
+older holder lands after a newer one has read. Its batch stops at the refused round; what it
+wrote is completed by its redelivery, as after a crash. A MOVED or ASK mid-batch is followed
+by the cluster client, which sends the command again to the slot's new master (a MOVED or
+ASK command was not run); a round that fails otherwise raises before the next one starts,
+so nothing is written out of order, and the redelivered batch runs every round again (each
+is idempotent but the group sizes of 6: a connection lost after a grow ran counts it twice). A
+cluster failover can lose the last writes a master acknowledged (replication is
+asynchronous). `WAIT n timeout` would block until n replicas have the client's writes, so a
+batch could be acknowledged to Kafka only once replicated; it is not used: it is per
+connection and per node while a cluster pipeline spreads a batch over several, and it still
+cannot make the write durable across a failover (a replica that has it may not be the one
+promoted). A lost write is a document that looks undecided: its verdict and its writes are
+made again when it is redelivered, and a lost fence publication only weakens the fence in
+that slot until the next lease publishes. A lost `INCR` of a counter could give out a seq
+twice: s: entries are set where absent, so the second canonical of a seq never overwrites
+the first (it is then no candidate itself); a verdict seq is an order only.
 
 Buckets stay small enough for the compact encoding up to about 100,000 canonicals
-(`benchmarks/redis_memory.py` measures bytes per canonical). Claims,
-compare-and-set and canonical registration run as Lua scripts, atomic across
-workers. The registration script writes the `s:` bucket of the `seq` it has just
-drawn, a key it cannot be given in advance: on Redis Cluster, give the prefix a
-hash tag (`{dedup}:`) so every key lives in one slot.
+(`benchmarks/redis_memory.py` measures bytes per canonical).
 """
 
 from __future__ import annotations
