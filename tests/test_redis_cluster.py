@@ -24,8 +24,9 @@ from streams.core.model import Link, Stage, Verdict
 from streams.core.ports import Reads
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.stores.batched import BatchedState
-from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_lock import LeaseLost, RedisLock
 from streams.stores.redis_store import LayoutMismatch, RedisStateStore, connect
+from streams.stores.writes import ClaimWrite, VerdictWrite
 from tests.conftest import LocalRedisCluster, local_redis_cluster
 
 # The store's contract, run here against the cluster: `redis_url` and `store` below replace conftest's.
@@ -161,3 +162,23 @@ def test_a_stream_survives_a_master_killed_mid_stream(
     assert latest.keys() == ids
     assert_invariants(latest)
     assert canonicals <= deduped
+
+
+def test_a_paused_holder_writes_nothing_in_a_slot_a_newer_lease_was_published_to(redis_url: str) -> None:
+    """The attacker: a holder that passed the lease check and then slept past its lease. The next holder
+    published its epoch to every slot on taking the lock, so each of the old holder's scripts is refused."""
+    store = RedisStateStore(connect(redis_url), f"t{uuid.uuid4().hex}:")
+    lock = RedisLock(store._redis, f"{store._prefix}lock:register", ttl_s=0.2, renew=False, fence=store.fence)
+    old = lock.acquire()
+    time.sleep(0.3)  # paused past its lease
+    new = lock.acquire()
+    assert new.epoch > old.epoch
+    claim = ClaimWrite(("u:late",), "late", 1_700_000_000)
+    with pytest.raises(redis.ResponseError, match="FENCED"):
+        store._write([claim, VerdictWrite(Link.unique("late"))], old.epoch, 1_700_000_000)
+    assert store.exact_lookup(["u:late"]) == {} and store.verdict_of("late") is None
+    with pytest.raises(LeaseLost):
+        store.apply([claim, VerdictWrite(Link.unique("late"))], old)
+    assert store.apply([claim, VerdictWrite(Link.unique("late"))], new).seqs.keys() == {"late"}
+    assert store.exact_lookup(["u:late"]) == {"u:late": "late"}
+    store.close()
