@@ -22,6 +22,7 @@ import redis
 from streams.config import RetentionSettings
 from streams.core.model import Link, Stage, Verdict
 from streams.core.ports import Reads
+from streams.evaluation.services import local_redis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
@@ -115,7 +116,16 @@ def _bands(doc: str) -> tuple[int, ...]:
     return tuple((value >> (16 * i)) & 0xFFFF for i in range(4))
 
 
-def test_a_state_of_another_layout_is_refused_in_one_line(redis_url: str) -> None:
+@pytest.mark.parametrize("server", ["cluster", "one"])
+def test_a_state_of_another_layout_is_refused_in_one_line(redis_url: str, server: str, tmp_path: Path) -> None:
+    if server == "one":
+        with local_redis(tmp_path) as url:
+            _refuses_another_layout(url)
+    else:
+        _refuses_another_layout(redis_url)
+
+
+def _refuses_another_layout(redis_url: str) -> None:
     client = connect(redis_url)
     prefix = f"t{uuid.uuid4().hex}:"
     client.set(f"{prefix}seq", 41)  # this morning's layout: data, and no layout key

@@ -571,12 +571,14 @@ class RedisStateStore:
         if layout is None and any(present):
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} was written by an older version of "
-                f"streams-dedup (no {layout_key} key): rebuild it with `dedup replay`"
+                f"streams-dedup (no {layout_key} key): delete its keys (or set another DEDUP_REDIS_PREFIX) "
+                "and rebuild it with `dedup replay`"
             )
         if layout is not None and layout != LAYOUT:
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
-                f"layout {LAYOUT}: rebuild it with `dedup replay`"
+                f"layout {LAYOUT}: delete its keys (or set another DEDUP_REDIS_PREFIX) "
+                "and rebuild it with `dedup replay`"
             )
         if layout is None:
             self._redis.set(layout_key, LAYOUT, nx=True)
