@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -27,7 +28,7 @@ from streams.evaluation.stack import Stack, assert_invariants
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
 from streams.stores.redis_store import LayoutMismatch, RedisStateStore, connect
-from streams.stores.writes import ClaimWrite, VerdictWrite
+from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, VerdictWrite, Write
 from tests.conftest import LocalRedisCluster, local_redis_cluster
 
 # The store's contract, run here against the cluster: `redis_url` and `store` below replace conftest's.
@@ -192,3 +193,58 @@ def test_a_paused_holder_writes_nothing_in_a_slot_a_newer_lease_was_published_to
     assert store.apply([claim, VerdictWrite(Link.unique("late"))], new).seqs.keys() == {"late"}
     assert store.exact_lookup(["u:late"]) == {"u:late": "late"}
     store.close()
+
+
+T = 1_700_000_000
+
+
+def _batch() -> list[Write]:
+    """Two canonicals with their keys and band entries, and a duplicate that grows the first's group."""
+    a, c = 0x0004_0003_0002_0001, 0x0008_0007_0006_0005
+    return [
+        ClaimWrite(("u:a", "c:a"), "a", T),
+        CanonicalWrite("a", a, "en", (1, 2, 3, 4), T),
+        VerdictWrite(replace(Link.unique("a"), published_at=T)),
+        GrowWrite("a", 1, T),
+        VerdictWrite(Link("b", Verdict.DUPLICATE, "a", Stage.URL, published_at=T)),
+        ClaimWrite(("u:c",), "c", T),
+        CanonicalWrite("c", c, "en", (5, 6, 7, 8), T),
+        VerdictWrite(replace(Link.unique("c"), published_at=T)),
+    ]
+
+
+def _seen(store: RedisStateStore) -> tuple[object, ...]:
+    """What the batch leaves, seqs aside (a batch applied again draws new ones)."""
+    verdicts = {d: (v.verdict, v.canonical_id) if v else None for d, v in store.verdicts_of(["a", "b", "c"]).items()}
+    bands = [[c.doc_id for c in store.band_candidates("en", q)] for q in [(1, 0, 0, 0), (0, 0, 0, 8)]]
+    return verdicts, store.exact_lookup(["u:a", "c:a", "u:c"]), bands, store.group_sizes(["a", "c"])
+
+
+@pytest.mark.parametrize("rounds", [0, 1, 2])
+def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url: str, rounds: int) -> None:
+    """A crash after `rounds` write rounds landed (exact keys and c: entries; then s: and band entries),
+    and the batch applied again: the state is the one a batch applied once leaves."""
+    client = connect(redis_url)
+    clean = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    with RedisLock(client, f"{clean._prefix}lock", ttl_s=5, fence=clean.fence).held() as lease:
+        clean.apply(_batch(), lease)
+    crashed = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    landed = crashed._sink
+
+    def crash(sinks: list[Any]) -> None:
+        nonlocal rounds
+        if rounds == 0:
+            raise redis.ConnectionError("the worker died here")
+        rounds -= 1
+        landed(sinks)
+
+    crashed._sink = crash  # type: ignore[method-assign]
+    with RedisLock(client, f"{crashed._prefix}lock", ttl_s=5, fence=crashed.fence).held() as lease:
+        with pytest.raises(redis.ConnectionError):
+            crashed.apply(_batch(), lease)
+        assert crashed.verdicts_of(["a", "b", "c"]) == {"a": None, "b": None, "c": None}
+        crashed._sink = landed  # type: ignore[method-assign]
+        crashed.apply(_batch(), lease)  # the redelivery
+    assert _seen(crashed) == _seen(clean)
+    assert _seen(clean)[3] == {"a": 2, "c": 1}
+    client.close()
