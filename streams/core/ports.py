@@ -44,9 +44,11 @@ class StateStore(Protocol):
         the canonical it points to afterwards.
         """
 
-    def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
-        """Re-point `key` from `expected` to `canonical_id` (compare-and-set, its stamp kept); False if it
-        changed meanwhile."""
+    def exact_replace(self, key: str, expected: str, canonical_id: str, published_at: int | None = None) -> bool:
+        """Re-point `key` from `expected` to `canonical_id` (compare-and-set); False if it changed meanwhile.
+
+        The key keeps its stamp, or is stamped with `published_at` when given: a relink re-points keys with
+        the stamp a replay of its record gives them, so the live and the replayed state age alike."""
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         """Canonicals of `language` sharing at least one band value, at index i."""

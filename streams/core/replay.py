@@ -82,14 +82,20 @@ def restore(
     holder = link.canonical_id if link.verdict is Verdict.DUPLICATE else link.doc_id
     keys = {Stage.URL: URL_KEY + recorded.url_hash, Stage.CONTENT: CONTENT_KEY + recorded.content_hash}
     named = recorded.keys or ()
+    stamp = key_stamp(link.verdict, published_at, retention)
+    own = [key for stage, key in keys.items() if stage not in named]
     if old is None:
-        claimed = [key for stage, key in keys.items() if stage not in named]
-        if claimed:
-            state.exact_claim(claimed, holder, key_stamp(link.verdict, published_at, retention))
+        if own:
+            state.exact_claim(own, holder, stamp)
     else:
         _leave(old, recorded, state, vectors)
+        if Verdict.REVIEW in (old.verdict, link.verdict):
+            # A review's own keys expire with its verdict (`key_stamp`): stamped anew, as a replay claims them.
+            for key, current in state.exact_lookup(own).items():
+                if current == holder:
+                    state.exact_replace(key, holder, holder, stamp)
     for stage in named:
-        _point(state, keys[stage], holder, key_stamp(link.verdict, published_at, retention))
+        _point(state, keys[stage], holder, stamp)
     if link.verdict.canonical:
         if old is None or not old.verdict.canonical:
             state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash), published_at)
@@ -118,11 +124,12 @@ def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStor
 
 
 def _point(state: StateStore, key: str, holder: str, published_at: int) -> None:
+    """Point `key` at `holder`, stamped with `published_at` (as a replay, which claims it afresh, would)."""
     current = state.exact_lookup([key]).get(key)
     if current is None:
         state.exact_claim([key], holder, published_at)
-    elif current != holder:
-        state.exact_replace(key, current, holder)
+    else:
+        state.exact_replace(key, current, holder, published_at)
 
 
 def model_named(name: str, dim: int = 0) -> ModelId:

@@ -175,7 +175,7 @@ def _write(
     with lock.held() as lease:
         batched.warm(Reads(doc_ids=ids, exact_keys=keys, band_queries=[]))
         todo = check(plan.changes, batched)
-        result.made = apply(todo, batched, held, checked=True)
+        result.made = apply(todo, batched, held, checked=True, retention=settings.retention)
         made = batched.flush(lease, exact=True)
         if held is not None:
             held.flush(set(made))

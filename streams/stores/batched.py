@@ -190,11 +190,11 @@ class BatchedState:
         self._writes.append(ClaimWrite(tuple(keys), canonical_id, published_at))
         return claimed
 
-    def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
+    def exact_replace(self, key: str, expected: str, canonical_id: str, published_at: int | None = None) -> bool:
         if self.exact_lookup([key]).get(key) != expected:
             return False
         self._exact[key] = canonical_id
-        self._writes.append(ReplaceWrite(key, expected, canonical_id))
+        self._writes.append(ReplaceWrite(key, expected, canonical_id, published_at))
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:

@@ -228,13 +228,15 @@ end
 return holders
 """
 )
-# KEYS: fence, x bucket; ARGV: epoch, clock, exact retention, field, expected holder, new holder. The stamp stays.
+# KEYS: fence, x bucket; ARGV: epoch, clock, exact retention, field, expected holder, new holder, new stamp
+# (empty: the key keeps its own).
 _REPLACE = (
     _WRITE
     + """
 local current = redis.call('HGET', KEYS[2], ARGV[4])
 if current and string.sub(current, 5) == ARGV[5] and not expired(stamp(current), ARGV[3]) then
-  redis.call('HSET', KEYS[2], ARGV[4], string.sub(current, 1, 4) .. ARGV[6])
+  local kept = ARGV[7] ~= '' and ARGV[7] or string.sub(current, 1, 4)
+  redis.call('HSET', KEYS[2], ARGV[4], kept .. ARGV[6])
   return 1
 end
 return 0
@@ -679,8 +681,8 @@ class RedisStateStore:
         holders = self._write([ClaimWrite(tuple(keys), canonical_id, published_at)])[0][0]
         return dict(zip(keys, holders, strict=True))
 
-    def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
-        return bool(self._write([ReplaceWrite(key, expected, canonical_id)])[0][0])
+    def exact_replace(self, key: str, expected: str, canonical_id: str, published_at: int | None = None) -> bool:
+        return bool(self._write([ReplaceWrite(key, expected, canonical_id, published_at)])[0][0])
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
         return self.band_candidates_many([(language, tuple(bands))])[0]
@@ -900,9 +902,10 @@ class RedisStateStore:
                         args = [self.keep.exact, holder, *(places[g][1] for g in group)]
                         call = self._fenced(self._claim, [places[g][0] for g in group], args, epoch, clock)
                         sinks.append((call, partial(_fill, results[i], group)))
-                case ReplaceWrite(key, expected, canonical_id):
+                case ReplaceWrite(key, expected, canonical_id, published_at):
                     bucket, field_ = self._exact(key)
-                    args = [self.keep.exact, field_, expected, canonical_id]
+                    stamp = "" if published_at is None else self._stamp(published_at, clock)
+                    args = [self.keep.exact, field_, expected, canonical_id, stamp]
                     sinks.append((self._fenced(self._replace, [bucket], args, epoch, clock), partial(_put, results, i)))
                 case CanonicalWrite(canonical_id) if i in new:
                     args = [canonical_id, old.get(i, ""), new[i]]

@@ -332,12 +332,12 @@ class SqliteStateStore:
                 self._exact[key] = (canonical_id, self._stamp(published_at))
         return holders
 
-    def exact_replace(self, key: str, expected: str, canonical_id: str) -> bool:
+    def exact_replace(self, key: str, expected: str, canonical_id: str, published_at: int | None = None) -> bool:
         if self.exact_lookup([key]).get(key) != expected:
             return False
         held = self._exact.get(key) or self._known.get(key)
         assert held is not None
-        self._exact[key] = (canonical_id, held[1])
+        self._exact[key] = (canonical_id, held[1] if published_at is None else self._stamp(published_at))
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:

@@ -19,6 +19,7 @@ class ReplaceWrite:
     key: str
     expected: str
     canonical_id: str
+    published_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
