@@ -2,9 +2,10 @@
 
 Deciding one document one call at a time costs about seven round trips to Redis.
 A stage agent instead `warm`s this store with what the batch will read (the
-cascade says what: `Cascade.reads`), in six round trips of one command each, decides the
-batch against that snapshot, and `flush`es every write in one MULTI/EXEC
-transaction. Reads see the batch's own writes, as they would on Redis.
+cascade says what: `Cascade.reads`), in six round trips (a command per slot on Redis Cluster),
+decides the batch against that snapshot, and `flush`es every write in a few rounds of
+one-slot scripts fenced by the lease (`RedisStateStore.apply`: idempotent, so a batch stopped
+between them is completed by its redelivery). Reads see the batch's own writes, as they would on Redis.
 
 The snapshot is exact only while nobody else writes exact keys or band sets, so
 the streaming agents flush under the registration lease, and the last stage holds
@@ -100,7 +101,7 @@ class BatchedState:
         self._groups.update(backend.group_sizes(canonicals))
 
     def flush(self, lease: Lease, exact: bool = False) -> dict[str, Link]:
-        """Send every buffered write in one transaction fenced by `lease`; then forget the snapshot.
+        """Send every buffered write, fenced by `lease` (`RedisStateStore.apply`); then forget the snapshot.
 
         Returns the verdict that stands for every document decided in this batch: the
         one recorded now, with its sequence number, or the one someone else recorded
