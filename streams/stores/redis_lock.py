@@ -8,8 +8,9 @@ for at most that long; while its holder works, a thread renews it.
 
 A lease that expired anyway (the holder was stopped, paused or starved past
 `ttl_s`) must not write: a lock alone cannot stop a late holder, so every write
-carries the `Lease` it was decided under and the store checks it inside the
-same transaction (`RedisStateStore.apply`). That check is the fence.
+carries the `Lease` it was decided under and the store checks it: the token
+before a batch, and the lease's epoch inside every one-slot script that writes
+(`RedisStateStore.apply`, "Fencing"). That check is the fence.
 """
 
 from __future__ import annotations
