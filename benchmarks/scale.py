@@ -2,7 +2,12 @@
 
 Run:  .venv/bin/python benchmarks/scale.py --canonicals 10000000 --json scale.json
       [--points 100000,1000000,3000000,10000000] [--layouts 4x16,2of5,...] [--redis-url URL]
-      [--skip-sqlite] [--sqlite-max N] [--batches 40] [--replay-links 100000] [--seed 0] [--jobs 2]
+      [--skip-sqlite] [--sqlite-max 1000000] [--public-max 100000] [--batches 40]
+      [--replay-links 100000] [--per-day 1000000] [--bucket-target 10000000] [--seed 0] [--jobs 2]
+      [--fingerprints-only]
+
+Progress goes to stderr with the time; the JSON is rewritten after every point, so a run
+stopped on the way keeps what it measured.
 
 Fingerprints
 ------------
@@ -20,16 +25,23 @@ Layouts
 -------
 - `4x16` (baseline): today's four 16-bit bands, in the product's own stores, written as the
   cascade registers a canonical (exact URL and content keys claimed, the canonical with its
-  bands, its verdict): `RedisStateStore.apply` in batches under a lease, as the service
+  bands, its verdict) with `published_at` one millionth of a day apart (--per-day):
+  `BatchedState` flushed by `RedisStateStore.apply` per 512 under a lease, as the service
   writes; `SqliteStateStore` (`warm` of the exact keys, `exact_claim`, `add_canonical`,
-  `record_verdict`, `commit` per 100,000), as the file runner writes.
+  `record_verdict`, `commit` per 100,000), as the file runner writes. The public paths write
+  about a thousand (Redis) and three thousand (SQLite) canonicals a second on a shared
+  2-vCPU VM, so Redis takes them up to --public-max only; past it `ProductBulk` writes the
+  same families in bulk with the store's own encoders, after `verify_bulk` has found that it
+  writes, key for key and value for value, what the public path wrote up to --public-max
+  (it refuses to go on otherwise: the store's encoding changed). SQLite stops at --sqlite-max.
 - Candidate layouts, Redis only, bench-only indexes beside the baseline in the same server:
   the 64 bits cut into k blocks, one table per choice of m blocks (Manku, Jain and Das Sarma,
   WWW 2007: `2of5` = 10 tables of 25-26-bit keys, `3of6` = 20 tables of 31-33-bit keys);
   `+p1` also probes every key at Hamming distance 1 (multi-probe: one flipped key bit).
   Same encoding as the product's bands: a hash per bucket of key values, field = the rest
   of the key, value = the space-separated seqs of the canonicals with that key, then the
-  seqs' fingerprints from a `s:` family (seq >> 8 -> seq -> 16 hex digits + doc id). Buckets
+  seqs' fingerprints from a `s:` family as the product's (seq >> 8 -> seq -> simhash, day
+  stamp, doc id). Buckets
   are sized for --bucket-target canonicals (about 64 keys each, below Redis's listpack
   limit of 128). `4x16/day` is today's bands per day bucket (a million articles a day,
   --per-day), a query reading today's and yesterday's buckets.
@@ -49,7 +61,8 @@ Measurements at each point
   sentences; Bangla: the same light edits and the nukta swap), each original registered in
   a fresh index of the layout and each edit looked up: the share of all pairs that are
   within the shipped threshold (6 en, 7 bn) and found, as thresholds.py's "idx recall"
-  (README: 71.5% en, 83.9% bn for 4x16), pooled and per language; also the share of the
+  (71.5% en and 84.3% bn for 4x16, as thresholds.py prints today; the README says 83.9% bn),
+  pooled and per language; also the share of the
   pairs within the threshold that are found.
 - replay: links.jsonl records (links schema, one `unique` link per canonical, from the
   fingerprints) restored with `streams.core.replay.restore` into a fresh RedisStateStore,
