@@ -110,7 +110,7 @@ from streams.records.output import read_link_record
 from streams.records.schemas import LINK, validator
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore, _verdict_value
+from streams.stores.redis_store import LAYOUT, RedisStateStore, _verdict_value
 from streams.stores.sqlite import SqliteStateStore
 
 CACHE = Path.home() / ".cache" / "streams-dedup"
@@ -482,10 +482,11 @@ return out
 class Records:
     """seq -> fingerprint, day stamp and doc id, the product's `s:` encoding (a hash per 256 seqs)."""
 
-    def __init__(self, client: redis.Redis, prefix: str, per_day: int) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, per_day: int, key: Callable[[int], str] | None = None) -> None:
         self.client = client
         self.prefix = prefix
         self.per_day = per_day
+        self.key = key or (lambda bucket: f"{prefix}s:{bucket}")
         self.lookup = client.register_script(_RECORDS)
 
     def grow(self, fps: np.ndarray, start: int, stop: int, ids: Callable[[int], str]) -> None:
@@ -497,7 +498,7 @@ class Records:
                     mapping = {
                         str(seq): f"{int(fps[seq - 1, 0]):016x}{self._day(seq - 1):04x}{ids(seq - 1)}" for seq in seqs
                     }
-                    pipe.hset(f"{self.prefix}s:{bucket}", mapping=mapping)  # type: ignore[arg-type]
+                    pipe.hset(self.key(bucket), mapping=mapping)  # type: ignore[arg-type]
                 if len(pipe) >= 256:
                     pipe.execute()
             pipe.execute()
@@ -609,13 +610,14 @@ class BenchIndex:
 class ProductBands(BenchIndex):
     """The product's own band family (`b:{language}:{band}:{value >> 6}`, field = the band value), written in bulk."""
 
-    def __init__(self, client: redis.Redis, prefix: str, records: Records) -> None:
-        super().__init__(client, INDEXES[BASELINE], prefix, records, bucket_target=1, per_day=1)
+    def __init__(self, client: redis.Redis, store: RedisStateStore, records: Records) -> None:
+        super().__init__(client, INDEXES[BASELINE], "", records, bucket_target=1, per_day=1)
+        self.store = store
         self.field_bits = [6] * 4  # the bucket: value >> 6
         self.bucket_bits = [10] * 4
 
     def _name(self, table: int, language: str, day: int, bucket: int) -> str:
-        return f"{self.prefix}b:{language}:{table}:{bucket}"
+        return self.store._band_keys(language, [bucket << 6] * 4)[table]
 
     def _fields(self, keys: np.ndarray, table: int) -> np.ndarray:
         return keys
@@ -632,8 +634,8 @@ class ProductBulk:
         self.prefix = prefix
         self.per_day = per_day
         self.store = RedisStateStore(client, prefix)
-        self.records = Records(client, prefix, per_day)
-        self.bands = ProductBands(client, prefix, self.records)
+        self.records = Records(client, prefix, per_day, self.store._entries_key)
+        self.bands = ProductBands(client, self.store, self.records)
 
     def grow(self, fps: np.ndarray, start: int, stop: int) -> None:
         self.bands.grow(fps, start, stop)
@@ -643,7 +645,7 @@ class ProductBulk:
             doc_id = _doc_id(i)
             url, content = _hashes(i)
             published_at = int(published(i, self.per_day))
-            stamp = self.store._stamp(published_at)
+            stamp = self.store._stamp(published_at, published_at)
             link = _link(doc_id, content, published_at)
             buckets.setdefault(self.store._bucket("v", doc_id), {})[doc_id] = f"{stamp}{i + 1} {_verdict_value(link)}"
             buckets.setdefault(self.store._bucket("c", doc_id), {})[doc_id] = str(i + 1)
@@ -660,16 +662,18 @@ class ProductBulk:
             pipe.set(f"{self.prefix}seq", stop)
             pipe.set(f"{self.prefix}vseq", stop)
             pipe.set(f"{self.prefix}clock", int(published(stop - 1, self.per_day)))
+            pipe.set(f"{self.prefix}layout", LAYOUT)
             pipe.execute()
 
 
 def dump(client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key under `prefix` (named without it) and its value; the lease and the sweep's cursor left out."""
+    """Every key under `prefix` (named without it) and its value; the lease, its fences and the sweep's
+    cursor left out (the lock's state, not what the cascade wrote)."""
     read = {"hash": client.hgetall, "string": client.get}
     return {
-        key[len(prefix) :]: read[client.type(key)](key)
+        name: read[client.type(key)](key)
         for key in client.scan_iter(match=f"{prefix}*", count=10_000)
-        if key[len(prefix) :] not in ("lease", "sweep")
+        if not (name := key[len(prefix) :]).startswith(("lease", "lock:", "sweep"))
     }
 
 
