@@ -248,3 +248,17 @@ def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url:
     assert _seen(crashed) == _seen(clean)
     assert _seen(clean)[3] == {"a": 2, "c": 1}
     client.close()
+
+
+def test_a_lease_drawn_from_an_epoch_counter_that_went_back_still_writes(redis_url: str) -> None:
+    """The counter's key deleted (an operator clearing `lock:*`), or its INCR lost in a failover: the fences
+    hold a newer epoch than the next lease draws. Taking the lock moves the counter past them."""
+    store = RedisStateStore(connect(redis_url), f"t{uuid.uuid4().hex}:")
+    lock = RedisLock(store._redis, f"{store._prefix}lock:register", ttl_s=5, fence=store.fence)
+    with lock.held() as first:
+        store.apply([VerdictWrite(Link.unique("a"))], first)
+    store._redis.delete(f"{store._prefix}lock:register:epoch")
+    with lock.held() as later:
+        assert later.epoch > first.epoch
+        assert store.apply([VerdictWrite(Link.unique("b"))], later).seqs.keys() == {"b"}
+    store.close()

@@ -33,6 +33,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_AT_LEAST = """
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+"""
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -69,7 +73,7 @@ class RedisLock:
         name: str,
         ttl_s: float,
         renew: bool = True,
-        fence: Callable[[Lease], None] | None = None,
+        fence: Callable[[Lease], int] | None = None,
     ) -> None:
         """`renew=False` leaves the lease to expire on its own (tests of the fence use it). `fence` is
         called with every lease taken, before `acquire` returns: the store publishes its epoch to every
@@ -82,6 +86,7 @@ class RedisLock:
         self._renew = renew
         self._release = client.register_script(_RELEASE)
         self._extend = client.register_script(_RENEW)
+        self._at_least = client.register_script(_AT_LEAST)
 
     def acquire(self, wait_s: float = 60.0) -> Lease:
         """Take the lock, waiting up to `wait_s` for its holder; the lease expires after `ttl_s`."""
@@ -98,7 +103,16 @@ class RedisLock:
         lease = Lease(self._name, token, int(self._redis.incr(self._epoch)))
         if self._fence is not None:
             try:
-                self._fence(lease)
+                newest = self._fence(lease)
+                if newest >= lease.epoch:
+                    # A fence holds this epoch or a newer one already: the counter went back (its key
+                    # deleted with the lock's, or its INCR lost in a failover). While the lock is ours,
+                    # move the counter past it and publish again, or no write would pass a fence again.
+                    if self._redis.get(self._name) != token:
+                        raise LeaseLost(f"lock {self._name} was taken by a newer holder before it was fenced")
+                    self._at_least(keys=[self._epoch], args=[newest])
+                    lease = Lease(self._name, token, int(self._redis.incr(self._epoch)))
+                    self._fence(lease)
             except BaseException:
                 self.release(lease)
                 raise

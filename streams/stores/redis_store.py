@@ -90,7 +90,11 @@ fence key and refuses an older one (`FENCED`: `LeaseLost`). So a holder paused p
 lease, waking up anywhere in `apply`, writes nothing in a slot once the new holder has
 published there, and whatever it wrote before that the new holder reads: no write of an
 older holder lands after a newer one has read. Its batch stops at the refused round; what it
-wrote is completed by its redelivery, as after a crash. A MOVED or ASK mid-batch is followed
+wrote is completed by its redelivery, as after a crash. Should the epoch counter go back (its
+key deleted, its INCR lost in a failover), a fence already holding the drawn epoch tells the
+new holder, which moves the counter past it while the lock is still its own and draws again.
+The epoch counter is per lock name and the fences per prefix: a prefix takes one lock name
+(the workers, `dedup replay` and `dedup relink` all use `{prefix}lock:register`). A MOVED or ASK mid-batch is followed
 by the cluster client, which sends the command again to the slot's new master (a MOVED or
 ASK command was not run); a round that fails otherwise raises before the next one starts,
 so nothing is written out of order, and the redelivered batch runs every round again (each
@@ -188,10 +192,11 @@ end
 local function stamp(value) return tonumber(string.sub(value, 1, 4), 16) end
 """
 _WRITE = _FENCE + _AGE
-# Publishes a lease's epoch to one slot's fence key; returns the newest epoch there (newer: we lost it).
+# Publishes a lease's epoch to one slot's fence key; returns the epoch that was there (as new or newer:
+# another lease drew that epoch or a later one).
 _PUBLISH = """
 local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if seen < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return tonumber(ARGV[1]) end
+if seen < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
 return seen
 """
 # Many hash fields of one slot in one command (a pipeline of HGETs costs a command each in the client).
@@ -608,16 +613,16 @@ class RedisStateStore:
             self._redis.set(layout_key, LAYOUT, nx=True)
         self._layout_checked = True
 
-    def fence(self, lease: Lease) -> None:
+    def fence(self, lease: Lease) -> int:
         """Publish `lease`'s epoch to the fence key of every slot group, before its holder reads anything
         (`RedisLock(fence=...)` calls this on taking the lock): from then on a write of an older holder
-        is refused in every slot. `LeaseLost` if a newer holder has published already."""
+        is refused in every slot. Returns the newest epoch found there before (the lease's or greater: a newer
+        holder published first, or the epoch counter went back, and the lock draws again)."""
         calls = [
             partial(self._publish, keys=[f"{self._prefix}lock:fence:{{{t:02x}}}"], args=[lease.epoch])
             for t in range(_TAGS)
         ]
-        if any(int(seen) > lease.epoch for seen in self._run(calls)):
-            raise LeaseLost(f"lease {lease.key} was taken by a newer holder before it was fenced")
+        return max(int(seen) for seen in self._run(calls))
 
     # The clock and retention
 
