@@ -266,10 +266,10 @@ class Restorer:
     """Restores links into Redis a batch at a time, each in one transaction under the registration lease,
     with the checkpoint that lets an interrupted replay resume.
 
-    The lease of a batch is not renewed: a renewal (PEXPIRE) changes the lease key, which aborts the
-    transaction that WATCHes it (`RedisStateStore.apply`), so a batch that spans a renewal would be
-    refused although the lease was never lost. A batch that outlasts the lease (a loaded host) is
-    refused by the fence instead, and restored again in two halves."""
+    The lease of a batch is not renewed, so a batch has a bounded time to be written: one that outlasts
+    the lease (a loaded host) is refused by the fence (the lease's epoch, checked in every one-slot
+    script), and restored again in two halves. Each lease publishes its epoch as the workers' does, so a
+    paused earlier holder writes nothing once the replay has read."""
 
     def __init__(
         self,
@@ -284,8 +284,8 @@ class Restorer:
         self._client = client
         self._vectors = vectors
         self._retention = retention
-        self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False)
-        self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s)
+        self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False, fence=self.state.fence)
+        self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, fence=self.state.fence)
         """Renewed: the sweep checks its lease inside each script, not by WATCH."""
         self._checkpoint = f"{prefix}replay"
 

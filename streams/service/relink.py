@@ -7,9 +7,10 @@ Applying it, the relink writes as the workers do:
 
 1. under the registration lease, on a snapshot read under it, every change is checked
    (a verdict that moved since the topics were read is `Stale`: the plan is made again
-   from a fresh read, a few times), then all of them are written in one MULTI/EXEC
-   transaction fenced by the lease: verdicts (with `seq` drawn from Redis's verdict
-   sequence), keys, band sets and group sizes, all or nothing;
+   from a fresh read, a few times), then all of them are written as the workers write a
+   batch (`RedisStateStore.apply`: idempotent rounds of one-slot scripts, each fenced by the
+   lease's epoch): keys and band sets, then verdicts (with `seq` drawn from Redis's verdict
+   sequence), then group sizes; a relink stopped between rounds is made whole by running it again;
 2. the vectors of new canonicals are written once their verdicts are recorded (and those
    of canonicals linked back removed), still under the lease;
 3. the new link records (with their `seq`) go to `dedup.links` and the documents it
@@ -167,7 +168,7 @@ def _write(
     result: RelinkResult,
 ) -> dict[str, Link]:
     """Check and write every change under the lease; the verdict that stands for each document, with its seq."""
-    lock = RedisLock(client, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s)
+    lock = RedisLock(client, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s, fence=state.fence)
     batched = BatchedState(state)
     held = BatchedVectors(vectors) if vectors is not None else None
     ids = [change.doc_id for change in plan.changes]
