@@ -21,9 +21,10 @@ from streams.runner.embedded import locked
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "articles.jsonl"
 CHEAP = ("--stages", "url,content,simhash")
-ORIGINALS = 4000
+ORIGINALS = 12_000
 COPIES = 3
-"""Each article again under `COPIES` other ids: a long enough run (about 10 s) to interrupt partway."""
+"""Each article again under `COPIES` other ids: 48,000 documents, a run long enough to interrupt partway
+after its first commit (2 s) even on a quiet machine (16,000 were decided before it there)."""
 
 
 def _dedup(*args: str) -> list[str]:
