@@ -218,74 +218,8 @@ _AT_LEAST = """
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1
 """
-# KEYS: fence, x buckets; ARGV: epoch, clock, exact retention, the stamped holder, the fields. An expired
-# key is free.
-_CLAIM = (
-    _WRITE
-    + """
-local holders = {}
-for i = 2, #KEYS do
-  local current = redis.call('HGET', KEYS[i], ARGV[i + 3])
-  if not current or expired(stamp(current), ARGV[3]) then
-    current = ARGV[4]
-    redis.call('HSET', KEYS[i], ARGV[i + 3], current)
-  end
-  holders[i - 1] = string.sub(current, 5)
-end
-return holders
-"""
-)
-# KEYS: fence, x bucket; ARGV: epoch, clock, exact retention, field, expected holder, new holder, new stamp
-# (empty: the key keeps its own).
-_REPLACE = (
-    _WRITE
-    + """
-local current = redis.call('HGET', KEYS[2], ARGV[4])
-if current and string.sub(current, 5) == ARGV[5] and not expired(stamp(current), ARGV[3]) then
-  local kept = ARGV[7] ~= '' and ARGV[7] or string.sub(current, 1, 4)
-  redis.call('HSET', KEYS[2], ARGV[4], kept .. ARGV[6])
-  return 1
-end
-return 0
-"""
-)
-# Registration, step 1 of 3 (c bucket): KEYS: fence, c bucket; ARGV: epoch, clock, doc_id, the seq it is
-# expected to hold ('' none), its new seq. Compare-and-set: returns the seq it holds afterwards (0: none).
-_REGISTER = (
-    _WRITE
-    + """
-local current = redis.call('HGET', KEYS[2], ARGV[3]) or ''
-if current ~= ARGV[4] then return tonumber(current) or 0 end
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
-return tonumber(ARGV[5])
-"""
-)
-# Step 2 (s bucket): KEYS: fence, s bucket; ARGV: epoch, clock, then seq, entry pairs: set where absent.
-_ENTRIES = (
-    _WRITE
-    + """
-for k = 3, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[k], ARGV[k + 1]) end
-return 1
-"""
-)
-# Step 3 (band buckets) and its reverse: KEYS: fence, band buckets; ARGV: epoch, clock, then per bucket a
-# band value and a seq. Adds the seq to the value's entry unless it is there already (a write applied
-# again changes nothing), or takes it out (the field goes when it holds no other).
-_BANDS = (
-    _WRITE
-    + """
-for i = 2, #KEYS do
-  local value, seq = ARGV[2 * i - 1], ARGV[2 * i]
-  local current = redis.call('HGET', KEYS[i], value)
-  if not current then
-    redis.call('HSET', KEYS[i], value, seq)
-  elseif not string.find(' ' .. current .. ' ', ' ' .. seq .. ' ', 1, true) then
-    redis.call('HSET', KEYS[i], value, current .. ' ' .. seq)
-  end
-end
-return 1
-"""
-)
+# The sweep's band entries (as `_BULK`'s 'B'): KEYS: fence, band buckets; ARGV: epoch, clock, then per
+# bucket a band value and a seq: takes the seq out of the value's entry (the field goes when it holds no other).
 _DROP_BANDS = (
     _WRITE
     + """
@@ -331,45 +265,146 @@ end
 return removed
 """
 )
-# KEYS: fence, v bucket; ARGV: epoch, clock, verdicts retention, doc_id, stamp, the encoded verdict, its seq
-# (drawn before). First writer wins; a verdict past its retention is no verdict: the new one replaces it.
-_RECORD = (
-    _WRITE
-    + """
-local current = redis.call('HGET', KEYS[2], ARGV[4])
-if current and not expired(stamp(current), ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[5] .. ARGV[7] .. ' ' .. ARGV[6])
-return tonumber(ARGV[7])
+# A round of a batch's writes, one call per slot (`_Bulk`): KEYS: the fence keys of every slot group its
+# buckets are in (ARGV[3] of them), then the buckets; ARGV: epoch, clock, fence count, verdicts retention,
+# exact retention, then the items in order, each a code, its bucket's index (from 1, after the fences) and
+# its arguments. Every fence is checked before anything is written: a newer epoch in any refuses the whole
+# call (FENCED). One answer per item, in order (items on one key meet in the order the writes came):
+# 'c' claim an exact key: field, stamped holder. Set where absent (an expired key is free); its holder.
+# 'r' replace an exact key: field, expected holder, new holder, new stamp ('' the key keeps its own). Only
+#     while the live key holds the expected one; 1 or 0.
+# 'g' register (c bucket): doc_id, the seq it is expected to hold ('' none), its new seq. Compare-and-set;
+#     the seq it holds afterwards (0: none).
+# 'e' an s: entry: seq, entry, set where absent. 'D' an s: entry removed: seq.
+# 'b' a band entry: band value, seq, added unless there already (a write applied again changes nothing);
+#     'B' the seq taken out (the field goes when it holds no other).
+# 'u' unregister (c bucket): doc_id, seq: forgotten if it still names seq; 1 or 0.
+# 'v' record a verdict (v bucket): doc_id, stamp, encoded verdict, its seq (drawn before). First writer wins; a
+#     verdict past its retention is no verdict. 'V' the same and the encoded verdict it replaces: written only
+#     while the stored one is still that one (its stamp and seq aside). The seq, or 0 when not written.
+# 'n' a group size (g bucket): doc_id, members to add (negative: fewer), the day of the latest member (0 for
+#     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
+#     canonical alone loses its field. The members besides the canonical.
+_BULK = """
+local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
+if epoch > 0 then
+  local seen = {}
+  for f = 1, fences do
+    seen[f] = tonumber(redis.call('GET', KEYS[f]) or '0')
+    if seen[f] > epoch then return redis.error_reply('FENCED a newer lease holder wrote here') end
+  end
+  for f = 1, fences do
+    if seen[f] < epoch then redis.call('SET', KEYS[f], epoch) end
+  end
+end
+local clock = tonumber(ARGV[2])
+local function expired(day, keep)
+  keep = tonumber(keep)
+  return keep > 0 and day * 86400 + 86399 < clock - keep
+end
+local function stamp(value) return tonumber(string.sub(value, 1, 4), 16) end
+local keep_verdicts, keep_exact = ARGV[4], ARGV[5]
+local out = {}
+local a = 6
+while a <= #ARGV do
+  local code, key = ARGV[a], KEYS[fences + tonumber(ARGV[a + 1])]
+  local answer = 1
+  if code == 'c' then
+    local current = redis.call('HGET', key, ARGV[a + 2])
+    if not current or expired(stamp(current), keep_exact) then
+      current = ARGV[a + 3]
+      redis.call('HSET', key, ARGV[a + 2], current)
+    end
+    answer = string.sub(current, 5)
+    a = a + 4
+  elseif code == 'r' then
+    local current = redis.call('HGET', key, ARGV[a + 2])
+    answer = 0
+    if current and string.sub(current, 5) == ARGV[a + 3] and not expired(stamp(current), keep_exact) then
+      local kept = ARGV[a + 5] ~= '' and ARGV[a + 5] or string.sub(current, 1, 4)
+      redis.call('HSET', key, ARGV[a + 2], kept .. ARGV[a + 4])
+      answer = 1
+    end
+    a = a + 6
+  elseif code == 'g' then
+    local current = redis.call('HGET', key, ARGV[a + 2]) or ''
+    if current ~= ARGV[a + 3] then
+      answer = tonumber(current) or 0
+    else
+      redis.call('HSET', key, ARGV[a + 2], ARGV[a + 4])
+      answer = tonumber(ARGV[a + 4])
+    end
+    a = a + 5
+  elseif code == 'e' then
+    redis.call('HSETNX', key, ARGV[a + 2], ARGV[a + 3])
+    a = a + 4
+  elseif code == 'D' then
+    answer = redis.call('HDEL', key, ARGV[a + 2])
+    a = a + 3
+  elseif code == 'b' or code == 'B' then
+    local value, seq = ARGV[a + 2], ARGV[a + 3]
+    local current = redis.call('HGET', key, value)
+    if code == 'b' then
+      if not current then
+        redis.call('HSET', key, value, seq)
+      elseif not string.find(' ' .. current .. ' ', ' ' .. seq .. ' ', 1, true) then
+        redis.call('HSET', key, value, current .. ' ' .. seq)
+      end
+    elseif current then
+      local kept = {}
+      for token in string.gmatch(current, '%S+') do
+        if token ~= seq then kept[#kept + 1] = token end
+      end
+      if #kept == 0 then
+        redis.call('HDEL', key, value)
+      else
+        redis.call('HSET', key, value, table.concat(kept, ' '))
+      end
+    end
+    a = a + 4
+  elseif code == 'u' then
+    answer = 0
+    if redis.call('HGET', key, ARGV[a + 2]) == ARGV[a + 3] then
+      redis.call('HDEL', key, ARGV[a + 2])
+      answer = 1
+    end
+    a = a + 4
+  elseif code == 'v' or code == 'V' then
+    local current = redis.call('HGET', key, ARGV[a + 2])
+    local live = current and not expired(stamp(current), keep_verdicts)
+    if code == 'v' then
+      answer = live and 0 or 1
+      a = a + 6
+    else
+      answer = live and string.sub(current, string.find(current, ' ', 1, true) + 1) == ARGV[a + 6] and 1 or 0
+      a = a + 7
+    end
+    if answer == 1 then
+      local b = code == 'v' and a - 6 or a - 7
+      redis.call('HSET', key, ARGV[b + 2], ARGV[b + 3] .. ARGV[b + 5] .. ' ' .. ARGV[b + 4])
+      answer = tonumber(ARGV[b + 5])
+    end
+  elseif code == 'n' then
+    local value = tonumber(redis.call('HGET', key, ARGV[a + 2]) or '0')
+    local members, day = math.floor(value / 65536), value % 65536
+    if value > 0 and expired(day, keep_exact) then members, day = 0, 0 end
+    members = members + tonumber(ARGV[a + 3])
+    if members <= 0 then
+      redis.call('HDEL', key, ARGV[a + 2])
+      answer = 0
+    else
+      day = math.max(day, tonumber(ARGV[a + 4]))
+      redis.call('HSET', key, ARGV[a + 2], members * 65536 + day)
+      answer = members
+    end
+    a = a + 5
+  else
+    return redis.error_reply('unknown item ' .. code)
+  end
+  out[#out + 1] = answer
+end
+return out
 """
-)
-# KEYS, ARGV as `_RECORD`, then the encoded verdict it replaces. Nothing is written unless the stored
-# verdict is still that one (its stamp and seq aside).
-_REPLACE_VERDICT = (
-    _WRITE
-    + """
-local current = redis.call('HGET', KEYS[2], ARGV[4])
-if not current or expired(stamp(current), ARGV[3]) then return 0 end
-if string.sub(current, string.find(current, ' ', 1, true) + 1) ~= ARGV[8] then return 0 end
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[5] .. ARGV[7] .. ' ' .. ARGV[6])
-return tonumber(ARGV[7])
-"""
-)
-# KEYS: fence, g bucket; ARGV: epoch, clock, exact retention, doc_id, members to add (negative: fewer), the
-# day of the latest member (0 for a shrink: the group keeps its stamp). An expired group counts from
-# nothing again; a group back to its canonical alone loses its field, as if it had never grown.
-_GROUP = (
-    _WRITE
-    + """
-local value = tonumber(redis.call('HGET', KEYS[2], ARGV[4]) or '0')
-local members, day = math.floor(value / 65536), value % 65536
-if value > 0 and expired(day, ARGV[3]) then members, day = 0, 0 end
-members = members + tonumber(ARGV[5])
-if members <= 0 then redis.call('HDEL', KEYS[2], ARGV[4]) return 0 end
-day = math.max(day, tonumber(ARGV[6]))
-redis.call('HSET', KEYS[2], ARGV[4], members * 65536 + day)
-return members
-"""
-)
 # The sweep, one slot's hashes of one family: KEYS: fence, the hashes; ARGV: epoch, clock, retention, where
 # the stamp is ('v'alue prefix or 'g'roup integer), the most fields to remove, the most fields to read.
 # Removes expired fields hash by hash and stops at the hash where either runs out. Returns how many it
@@ -515,12 +550,10 @@ class RedisStateStore:
         )
         script = partial(_Lua, client)
         self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
-        self._at_least, self._claim, self._replace = script(_AT_LEAST), script(_CLAIM), script(_REPLACE)
-        self._register, self._entries, self._bands = script(_REGISTER), script(_ENTRIES), script(_BANDS)
-        self._drop_bands, self._unregister = script(_DROP_BANDS), script(_UNREGISTER)
-        self._drop_entries, self._record = script(_DROP_ENTRIES), script(_RECORD)
-        self._replace_verdict, self._group = script(_REPLACE_VERDICT), script(_GROUP)
+        self._at_least, self._drop_bands, self._unregister = script(_AT_LEAST), script(_DROP_BANDS), script(_UNREGISTER)
+        self._drop_entries = script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
+        self._bulk = script(_BULK)
 
     @classmethod
     def from_url(
@@ -919,33 +952,34 @@ class RedisStateStore:
         given = [w.link.seq for w in writes if isinstance(w, VerdictWrite | ReplaceVerdictWrite) and w.link.seq]
         if given:
             sinks.append((partial(self._at_least, keys=[self._vseq], args=[max(given)]), _ignore))
+        bulk = _Bulk(self)
         for i, write in enumerate(writes):
             match write:
                 case ClaimWrite(keys, canonical_id, published_at):
-                    places = [self._exact(key) for key in keys]
-                    results[i] = [None] * len(keys)
+                    holders: list[Any] = [None] * len(keys)
+                    results[i] = holders
                     holder = self._stamp(published_at, clock) + canonical_id
-                    for group in self._by_slot([bucket for bucket, _ in places]):
-                        args = [self.keep.exact, holder, *(places[g][1] for g in group)]
-                        call = self._fenced(self._claim, [places[g][0] for g in group], args, epoch, clock)
-                        sinks.append((call, partial(_fill, results[i], group)))
+                    for k, key in enumerate(keys):
+                        bucket, field_ = self._exact(key)
+                        bulk.add(bucket, "c", (field_, holder), holders, k)
                 case ReplaceWrite(key, expected, canonical_id, published_at):
                     bucket, field_ = self._exact(key)
                     stamp = "" if published_at is None else self._stamp(published_at, clock)
-                    args = [self.keep.exact, field_, expected, canonical_id, stamp]
-                    sinks.append((self._fenced(self._replace, [bucket], args, epoch, clock), partial(_put, results, i)))
+                    bulk.add(bucket, "r", (field_, expected, canonical_id, stamp), results, i)
                 case CanonicalWrite(canonical_id) if i in new:
-                    args = [canonical_id, old.get(i, ""), new[i]]
-                    call = self._fenced(self._register, [self._bucket("c", canonical_id)], args, epoch, clock)
-                    sinks.append((call, partial(_put, results, i)))
-        self._sink(sinks)
+                    args = (canonical_id, old.get(i, ""), new[i])
+                    bulk.add(self._bucket("c", canonical_id), "g", args, results, i)
+        self._sink([*sinks, *bulk.calls(epoch, clock)])
+        sinks.clear()
         for i in new:
             if not results[i]:
                 raise StaleSnapshot(f"{named[i]} was taken out of the canonicals while it was registered")
-        # 4: s: and band entries of the canonicals registered now (or again), those of the removed taken out
-        entries: dict[str, list[str]] = {}
-        adding: list[tuple[str, str]] = []
-        dropping: list[tuple[str, str]] = []
+        # 4: s: and band entries of the canonicals registered now (or again), those of the removed taken out;
+        # in each slot the removed s: entries first, then the entries, the band entries added, those taken out
+        bulk = _Bulk(self)
+        entries: list[tuple[str, str, tuple[Any, ...]]] = []
+        adding: list[tuple[str, str, tuple[Any, ...]]] = []
+        dropping: list[tuple[str, str, tuple[Any, ...]]] = []
         languages = set()
         for i in registering:
             write = writes[i]
@@ -953,44 +987,37 @@ class RedisStateStore:
                 seq = str(results[i])
                 stamp = self._stamp(write.published_at, clock)
                 entry = f"{write.simhash:0{_SIMHASH_HEX}x}{stamp}{write.canonical_id}"
-                entries.setdefault(self._entries_key(results[i] // 256), []).extend((seq, entry))
-                adding += [
-                    (key, f"{value} {seq}")
-                    for key, value in zip(self._band_keys(write.language, write.bands), write.bands, strict=True)
-                ]
+                entries.append((self._entries_key(results[i] // 256), "e", (seq, entry)))
+                keys = self._band_keys(write.language, write.bands)
+                adding += [(key, "b", (value, seq)) for key, value in zip(keys, write.bands, strict=True)]
                 languages.add(write.language)
             elif isinstance(write, RemoveCanonicalWrite) and i in held:
                 seq = str(held[i])
-                dropping += [
-                    (key, f"{value} {seq}")
-                    for key, value in zip(self._band_keys(write.language, write.bands), write.bands, strict=True)
-                ]
-                dropping_entry = self._entries_key(held[i] // 256)
-                sinks.append((self._fenced(self._drop_entries, [dropping_entry], ["", seq], epoch, clock), _ignore))
-        sinks += [(self._fenced(self._entries, [key], pairs, epoch, clock), _ignore) for key, pairs in entries.items()]
-        sinks += [(call, _ignore) for call in self._band_calls(self._bands, adding, epoch, clock)]
-        sinks += [(call, _ignore) for call in self._band_calls(self._drop_bands, dropping, epoch, clock)]
+                keys = self._band_keys(write.language, write.bands)
+                dropping += [(key, "B", (value, seq)) for key, value in zip(keys, write.bands, strict=True)]
+                bulk.add(self._entries_key(held[i] // 256), "D", (seq,))
+        for key, code, args in (*entries, *adding, *dropping):
+            bulk.add(key, code, args)
+        sinks += bulk.calls(epoch, clock)
         if languages:
             sinks.append((partial(_hset, key=self._languages, mapping=dict.fromkeys(sorted(languages), 1)), _ignore))
         self._sink(sinks)
+        sinks.clear()
         # 5: the removed canonicals' c: entries, then verdicts: each first-writer-wins in its own slot
+        bulk = _Bulk(self)
         for i, write in enumerate(writes):
             match write:
                 case RemoveCanonicalWrite(canonical_id) if i in held:
-                    call = self._fenced(
-                        self._unregister, [self._bucket("c", canonical_id)], [canonical_id, held[i]], epoch, clock
-                    )
-                    sinks.append((call, _ignore))
+                    bulk.add(self._bucket("c", canonical_id), "u", (canonical_id, held[i]))
                 case VerdictWrite(link):
                     args = self._verdict_args(link, link.seq or verdict_seqs[i], clock)
-                    call = self._fenced(self._record, [self._bucket("v", link.doc_id)], args, epoch, clock)
-                    sinks.append((call, partial(_put, results, i)))
+                    bulk.add(self._bucket("v", link.doc_id), "v", args, results, i)
                 case ReplaceVerdictWrite(link, expected):
-                    args = [*self._verdict_args(link, link.seq or verdict_seqs[i], clock), _verdict_value(expected)]
-                    call = self._fenced(self._replace_verdict, [self._bucket("v", link.doc_id)], args, epoch, clock)
-                    sinks.append((call, partial(_put, results, i)))
-        self._sink(sinks)
+                    args = (*self._verdict_args(link, link.seq or verdict_seqs[i], clock), _verdict_value(expected))
+                    bulk.add(self._bucket("v", link.doc_id), "V", args, results, i)
+        self._sink(bulk.calls(epoch, clock))
         # 6: group sizes, once the verdict that makes a member is recorded
+        bulk = _Bulk(self)
         for i, write in enumerate(writes):
             if isinstance(write, GrowWrite):
                 closer = closers[i] if closers is not None else None
@@ -998,14 +1025,14 @@ class RedisStateStore:
                     results[i] = 0
                     continue
                 day = _day(write.published_at, time.time()) if write.count > 0 else 0
-                args = [self.keep.exact, write.canonical_id, write.count, day]
-                call = self._fenced(self._group, [self._bucket("g", write.canonical_id)], args, epoch, clock)
-                sinks.append((call, partial(_put, results, i)))
-        self._sink(sinks)
+                args = (write.canonical_id, write.count, day)
+                bulk.add(self._bucket("g", write.canonical_id), "n", args, results, i)
+        self._sink(bulk.calls(epoch, clock))
         return results, max(moved)
 
-    def _verdict_args(self, link: Link, seq: int, clock: int) -> list[Any]:
-        return [self.keep.verdicts, link.doc_id, self._stamp(link.published_at, clock), _verdict_value(link), seq]
+    def _verdict_args(self, link: Link, seq: int, clock: int) -> tuple[Any, ...]:
+        """A verdict item's arguments: doc_id, stamp, the encoded verdict, its seq."""
+        return (link.doc_id, self._stamp(link.published_at, clock), _verdict_value(link), seq)
 
     def _band_calls(self, script: _Lua, items: Sequence[tuple[str, str]], epoch: int, clock: int) -> list[Call]:
         """One call per slot of (band bucket, "value seq") items."""
@@ -1165,6 +1192,63 @@ class _Lua:
         return self._script(keys=keys, args=args, client=client)
 
 
+class _Slot:
+    """The items of one round in one slot: the buckets they name (numbered from 1), their fence keys, the
+    script's arguments so far, and where each answer goes."""
+
+    __slots__ = ("args", "buckets", "fences", "targets")
+
+    def __init__(self) -> None:
+        self.buckets: dict[str, int] = {}
+        self.fences: dict[str, None] = {}
+        self.args: list[Any] = []
+        self.targets: list[tuple[list[Any] | None, int]] = []
+
+
+class _Bulk:
+    """A round's writes as one `_BULK` call per slot (on one server, one call): a call per write costs the
+    client far more than the script costs Redis. Items keep their order within a slot, so items on one key
+    meet as the writes came."""
+
+    __slots__ = ("_slots", "_store")
+
+    def __init__(self, store: RedisStateStore) -> None:
+        self._store = store
+        self._slots: dict[int, _Slot] = {}
+
+    def add(self, bucket: str, code: str, args: Sequence[Any], target: list[Any] | None = None, index: int = 0) -> None:
+        """Queue item `code` on `bucket`; its answer goes to `target[index]` (None: not wanted)."""
+        slot = self._store._slot(bucket)
+        items = self._slots.get(slot)
+        if items is None:
+            items = self._slots[slot] = _Slot()
+        position = items.buckets.get(bucket)
+        if position is None:
+            position = items.buckets[bucket] = len(items.buckets) + 1
+            items.fences[self._store._fence_key(bucket)] = None
+        items.args.append(code)
+        items.args.append(position)
+        items.args.extend(args)
+        items.targets.append((target, index))
+
+    def calls(self, epoch: int, clock: int) -> list[tuple[Call, Callable[[Any], None]]]:
+        """One fenced call per slot, with what puts its answers in place."""
+        keep = self._store.keep
+        calls: list[tuple[Call, Callable[[Any], None]]] = []
+        for items in self._slots.values():
+            fences = list(items.fences)
+            args = [epoch, clock, len(fences), keep.verdicts, keep.exact, *items.args]
+            call = partial(self._store._bulk, keys=[*fences, *items.buckets], args=args)
+            calls.append((call, partial(_answer, items.targets)))
+        return calls
+
+
+def _answer(targets: Sequence[tuple[list[Any] | None, int]], answers: Sequence[Any]) -> None:
+    for (target, index), answer in zip(targets, answers, strict=True):
+        if target is not None:
+            target[index] = answer
+
+
 def _runs(keys: Sequence[str], slot: Callable[[str], int]) -> list[list[str]]:
     """`keys` cut into runs of consecutive keys of one slot."""
     runs: list[list[str]] = []
@@ -1198,15 +1282,6 @@ def _hkeys(key: str, client: Any) -> Any:
 
 def _hset(key: str, mapping: dict[str, Any], client: Any) -> Any:
     return client.hset(key, mapping=mapping)
-
-
-def _fill(target: list[Any], indexes: Sequence[int], values: Sequence[Any]) -> None:
-    for index, value in zip(indexes, values, strict=True):
-        target[index] = value
-
-
-def _put(target: list[Any], index: int, value: Any) -> None:
-    target[index] = value
 
 
 def _ignore(_: Any) -> None:
