@@ -1,6 +1,7 @@
 """`dedup replay` from Kafka into Redis: links a second and peak memory, today's code beside the replay before it.
 
 Run:  .venv/bin/python benchmarks/replay_speed.py [--links 200000] [--dim 0] [--baseline-max 50000] [--json FILE]
+      [--compare CHECKOUT]
 
 Starts its own redis-server and Kafka-protocol broker (noida-db) on free ports, writes N generated
 links (`link_records`: canonicals, duplicates of every stage, re-sends without the vector, relinks,
@@ -9,7 +10,10 @@ replays them in a child process per variant, each into its own key prefix:
 
 - `streaming`: `streams.kafka.replay.replay_links` (on-disk index, batches under the lease);
 - `baseline`: the replay before it (commit 25985cb: every record in a dict, one round trip per call),
-  over at most --baseline-max links (it holds them all in memory).
+  over at most --baseline-max links (it holds them all in memory);
+- `compare` (with --compare): the `streaming` replay of another checkout (its `streams` package, e.g. the
+  main branch's), over the same links right after this one's: a change measured against the code before it
+  in the same run.
 
 Prints per variant: links a second end to end and for the restoring phase alone, and the child's peak
 RSS (`resource.getrusage`); then whether both left the same keys (compared over the baseline's links).
@@ -188,7 +192,7 @@ def child(variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     phases = _Phases(client)
     started = time.perf_counter()
-    if variant == "streaming":
+    if variant in ("streaming", "compare"):
         from streams.kafka.replay import replay_links
 
         stats = replay_links(settings, client, None, phases, prefix=prefix)
@@ -201,6 +205,7 @@ def child(variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
     links = stats.documents
     return {
         "variant": variant,
+        "streams": str(Path(sys.modules["streams"].__file__ or "").parent),
         "records": stats.read,
         "documents": links,
         "restored": stats.restored,
@@ -209,6 +214,8 @@ def child(variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
         "links_per_s": round(links / (ended - started), 1),
         "restoring_links_per_s": round(links / (ended - wall0), 1),
         "restoring_links_per_client_cpu_s": round(links / max(cpu - cpu0, 1e-9), 1),
+        "restoring_client_cpu_us_per_link": round(1e6 * (cpu - cpu0) / max(links, 1), 1),
+        "restoring_redis_cpu_us_per_link": round(1e6 * (server - server0) / max(links, 1), 1),
         "restoring_links_per_redis_cpu_s": round(links / max(server - server0, 1e-9), 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
@@ -228,6 +235,9 @@ def keys(client: redis.Redis, prefix: str, ignore: tuple[str, ...] = ("sweep", "
 
 
 def _run_child(env: dict[str, str], variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
+    """`variant` in a child process; `compare` is `streaming` with the other checkout's package first on its path."""
+    if variant == "compare":
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [env["DEDUP_COMPARE"], env.get("PYTHONPATH")]))}
     done = subprocess.run(
         [sys.executable, __file__, "--child", variant, "--redis", redis_url, "--prefix", prefix],
         env=env,
@@ -246,7 +256,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=0, help="vector size of the canonicals (0: no vectors)")
     parser.add_argument("--baseline-max", type=int, default=50_000, help="documents for the baseline (0: skip it)")
     parser.add_argument("--json", type=Path, default=None, help="write the results there as JSON")
-    parser.add_argument("--child", choices=["streaming", "baseline"], help=argparse.SUPPRESS)
+    parser.add_argument("--compare", type=Path, default=None, help="another checkout whose streaming replay runs too")
+    parser.add_argument("--child", choices=["streaming", "baseline", "compare"], help=argparse.SUPPRESS)
     parser.add_argument("--redis", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -261,6 +272,8 @@ def main() -> None:
         local_kafka(Path(folder) / "kafka") as bootstrap,
     ):
         runs = [("streaming", args.links)]
+        if args.compare is not None:
+            runs += [("compare", args.links)]
         if args.baseline_max:
             runs += [("baseline", min(args.links, args.baseline_max))]
         client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -271,6 +284,7 @@ def main() -> None:
                 "DEDUP_KAFKA_BOOTSTRAP": bootstrap,
                 "DEDUP_TOPICS__LINKS": f"{name}.dedup.links",
                 "DEDUP_TOPICS__PARTITIONS": str(PARTITIONS),
+                "DEDUP_COMPARE": str(args.compare.resolve()) if args.compare is not None else "",
             }
             os.environ.update(env)
             create_topics(Settings())
@@ -283,10 +297,16 @@ def main() -> None:
                     f"{variant:>9}: {result['documents']:,} links in {result['seconds']:.1f} s:"
                     f" {result['links_per_s']:,.0f}/s end to end, {result['restoring_links_per_s']:,.0f}/s restoring"
                     f" ({result['restoring_links_per_client_cpu_s']:,.0f} per client CPU s,"
-                    f" {result['restoring_links_per_redis_cpu_s']:,.0f} per Redis CPU s);"
+                    f" {result['restoring_links_per_redis_cpu_s']:,.0f} per Redis CPU s;"
+                    f" {result['restoring_client_cpu_us_per_link']:.0f}"
+                    f" + {result['restoring_redis_cpu_us_per_link']:.0f}"
+                    " CPU us a link, client + Redis);"
                     f" peak RSS {result['peak_rss_mib']:,.0f} MiB",
                     flush=True,
                 )
+        if args.compare is not None:
+            same = keys(client, f"streaming{args.links}:") == keys(client, f"compare{args.links}:")
+            print(f"same keys and values as the compared checkout: {same}")
         if args.baseline_max and args.links <= args.baseline_max:
             streamed, baseline = keys(client, f"streaming{args.links}:"), keys(client, f"baseline{args.links}:")
             print(f"same keys and values as the baseline: {streamed == baseline}")

@@ -34,7 +34,7 @@ import redis
 from streams.core.model import DAY_S, Canonical, Link, clamped
 from streams.core.ports import Reads
 from streams.stores.redis_lock import Lease
-from streams.stores.redis_store import RedisStateStore
+from streams.stores.redis_store import Applied, RedisStateStore
 from streams.stores.writes import (
     CanonicalWrite,
     ClaimWrite,
@@ -119,6 +119,18 @@ class BatchedState:
             if writes:
                 self._sweep(lease, applied.clock)
             return {doc_id: link for doc_id, link in standing.items() if link is not None}
+        finally:
+            self.reset()
+
+    def flush_applied(self, lease: Lease, exact: bool = False) -> Applied:
+        """`flush` for a caller that publishes nothing (a replay): what `apply` did, without building
+        (nor reading) the verdicts that stand, a copy of each link per document."""
+        writes, self._writes = self._writes, []
+        try:
+            applied = self._backend.apply(writes, lease, exact)
+            if writes:
+                self._sweep(lease, applied.clock)
+            return applied
         finally:
             self.reset()
 

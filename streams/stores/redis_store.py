@@ -867,10 +867,8 @@ class RedisStateStore:
             now = closing[target].link if target in closing and target not in skipped else stored[target]
             if now is not None and not now.verdict.canonical:
                 raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
-        wall = time.time()
-        written = (write for _, group in groups for write in group)
-        stamps = [clamped(p, wall) for p in map(_published_at, written) if p is not None]
-        applied.clock = max([int(clock or 0), *stamps])
+        stamps = [p for _, group in groups for p in map(_published_at, group) if p is not None]
+        applied.clock = max(int(clock or 0), clamped(max(stamps), time.time()) if stamps else 0)  # clamped: monotonic
         kept = [(doc_id, group) for doc_id, group in groups if doc_id not in skipped]
         ordered = [write for _, group in kept for write in group]
         closers: list[int | None] = []
@@ -883,7 +881,7 @@ class RedisStateStore:
                 raise LeaseLost(f"lease {fence.key} was taken by a newer holder while the batch was written") from None
             raise
         for write, result in zip(ordered, results, strict=True):
-            if isinstance(write, VerdictWrite | ReplaceVerdictWrite):
+            if isinstance(write, _VERDICTS):
                 if result:
                     applied.seqs[write.link.doc_id] = int(result)
                 elif isinstance(write, VerdictWrite):  # decided meanwhile by a writer without the lease
@@ -905,11 +903,21 @@ class RedisStateStore:
         `clock` first, and a group grows only for a verdict recorded now."""
         self._ensure_layout()
         results: list[Any] = [None] * len(writes)
-        registering = [i for i, w in enumerate(writes) if isinstance(w, CanonicalWrite | RemoveCanonicalWrite)]
+        exact_keys: list[int] = []
+        registering: list[int] = []
+        verdicts: list[int] = []
+        grows: list[int] = []
+        for i, w in enumerate(writes):  # one pass: each round goes through its own writes only
+            if isinstance(w, _VERDICTS):
+                verdicts.append(i)
+            elif isinstance(w, (ClaimWrite, ReplaceWrite)):
+                exact_keys.append(i)
+            elif isinstance(w, GrowWrite):
+                grows.append(i)
+            else:
+                registering.append(i)
         named = {i: writes[i].canonical_id for i in registering}  # type: ignore[union-attr]
-        drawn = [
-            i for i, w in enumerate(writes) if isinstance(w, VerdictWrite | ReplaceVerdictWrite) and not w.link.seq
-        ]
+        drawn = [i for i in verdicts if not writes[i].link.seq]  # type: ignore[union-attr]
         # 1: the c: entries of the canonicals registered or removed, the verdict seqs drawn (and the clock)
         calls, gather = self._field_calls([(self._bucket("c", doc_id), doc_id) for doc_id in named.values()])
         tail = [partial(_incrby, key=self._vseq, amount=len(drawn))] if drawn else []
@@ -949,12 +957,12 @@ class RedisStateStore:
         moved = [clock]
         if closers is not None:
             sinks.append((partial(self._advance, keys=[self._clock], args=[clock]), moved.append))
-        given = [w.link.seq for w in writes if isinstance(w, VerdictWrite | ReplaceVerdictWrite) and w.link.seq]
+        given = [seq for i in verdicts if (seq := writes[i].link.seq)]  # type: ignore[union-attr]
         if given:
             sinks.append((partial(self._at_least, keys=[self._vseq], args=[max(given)]), _ignore))
         bulk = _Bulk(self)
-        for i, write in enumerate(writes):
-            match write:
+        for i in exact_keys:  # claims and replacements share the x: buckets: in the order they came
+            match writes[i]:
                 case ClaimWrite(keys, canonical_id, published_at):
                     holders: list[Any] = [None] * len(keys)
                     results[i] = holders
@@ -966,9 +974,9 @@ class RedisStateStore:
                     bucket, field_ = self._exact(key)
                     stamp = "" if published_at is None else self._stamp(published_at, clock)
                     bulk.add(bucket, "r", (field_, expected, canonical_id, stamp), results, i)
-                case CanonicalWrite(canonical_id) if i in new:
-                    args = (canonical_id, old.get(i, ""), new[i])
-                    bulk.add(self._bucket("c", canonical_id), "g", args, results, i)
+        for i in new:  # c: buckets
+            canonical_id = named[i]
+            bulk.add(self._bucket("c", canonical_id), "g", (canonical_id, old.get(i, ""), new[i]), results, i)
         self._sink([*sinks, *bulk.calls(epoch, clock)])
         sinks.clear()
         for i in new:
@@ -1005,10 +1013,11 @@ class RedisStateStore:
         sinks.clear()
         # 5: the removed canonicals' c: entries, then verdicts: each first-writer-wins in its own slot
         bulk = _Bulk(self)
-        for i, write in enumerate(writes):
-            match write:
-                case RemoveCanonicalWrite(canonical_id) if i in held:
-                    bulk.add(self._bucket("c", canonical_id), "u", (canonical_id, held[i]))
+        for i in registering:  # c: buckets
+            if i in held and isinstance(writes[i], RemoveCanonicalWrite):
+                bulk.add(self._bucket("c", named[i]), "u", (named[i], held[i]))
+        for i in verdicts:  # v: buckets
+            match writes[i]:
                 case VerdictWrite(link):
                     args = self._verdict_args(link, link.seq or verdict_seqs[i], clock)
                     bulk.add(self._bucket("v", link.doc_id), "v", args, results, i)
@@ -1018,7 +1027,8 @@ class RedisStateStore:
         self._sink(bulk.calls(epoch, clock))
         # 6: group sizes, once the verdict that makes a member is recorded
         bulk = _Bulk(self)
-        for i, write in enumerate(writes):
+        for i in grows:
+            write = writes[i]
             if isinstance(write, GrowWrite):
                 closer = closers[i] if closers is not None else None
                 if closer is not None and not results[closer]:
@@ -1210,25 +1220,32 @@ class _Bulk:
     client far more than the script costs Redis. Items keep their order within a slot, so items on one key
     meet as the writes came."""
 
-    __slots__ = ("_slots", "_store")
+    __slots__ = ("_one", "_slots", "_store")
 
     def __init__(self, store: RedisStateStore) -> None:
         self._store = store
         self._slots: dict[int, _Slot] = {}
+        self._one = None if isinstance(store._redis, RedisCluster) else _Slot()
+        """On one server, the one slot's items (every key is in it)."""
+        if self._one is not None:
+            self._slots[0] = self._one
 
     def add(self, bucket: str, code: str, args: Sequence[Any], target: list[Any] | None = None, index: int = 0) -> None:
         """Queue item `code` on `bucket`; its answer goes to `target[index]` (None: not wanted)."""
-        slot = self._store._slot(bucket)
-        items = self._slots.get(slot)
+        items = self._one
         if items is None:
-            items = self._slots[slot] = _Slot()
+            slot = self._store._slot(bucket)
+            items = self._slots.get(slot)
+            if items is None:
+                items = self._slots[slot] = _Slot()
         position = items.buckets.get(bucket)
         if position is None:
             position = items.buckets[bucket] = len(items.buckets) + 1
             items.fences[self._store._fence_key(bucket)] = None
-        items.args.append(code)
-        items.args.append(position)
-        items.args.extend(args)
+        queued = items.args
+        queued.append(code)
+        queued.append(position)
+        queued += args
         items.targets.append((target, index))
 
     def calls(self, epoch: int, clock: int) -> list[tuple[Call, Callable[[Any], None]]]:
@@ -1236,6 +1253,8 @@ class _Bulk:
         keep = self._store.keep
         calls: list[tuple[Call, Callable[[Any], None]]] = []
         for items in self._slots.values():
+            if not items.targets:
+                continue
             fences = list(items.fences)
             args = [epoch, clock, len(fences), keep.verdicts, keep.exact, *items.args]
             call = partial(self._store._bulk, keys=[*fences, *items.buckets], args=args)
@@ -1288,6 +1307,8 @@ def _ignore(_: Any) -> None:
     pass
 
 
+_VERDICTS = (VerdictWrite, ReplaceVerdictWrite)
+"""The writes that record a verdict (a tuple: `isinstance` on a union type is several times slower)."""
 _FAMILIES = (("v", "v"), ("x", "v"), ("g", "g"))
 """The hash families swept bucket by bucket, and where their stamp is: a value's prefix, or a group's integer."""
 
@@ -1321,7 +1342,7 @@ def _by_document(writes: Sequence[Write]) -> list[tuple[str | None, list[Write]]
     current: list[Write] = []
     for write in writes:
         current.append(write)
-        if isinstance(write, VerdictWrite | ReplaceVerdictWrite):
+        if isinstance(write, _VERDICTS):
             groups.append((write.link.doc_id, current))
             current = []
     if current:
