@@ -960,19 +960,28 @@ class RedisStateStore:
         given = [seq for i in verdicts if (seq := writes[i].link.seq)]  # type: ignore[union-attr]
         if given:
             sinks.append((partial(self._at_least, keys=[self._vseq], args=[max(given)]), _ignore))
+        stamps: dict[int | None, str] = {}
+        """The stamp of each `published_at` of the batch (a document's writes share theirs)."""
+
+        def stamp_of(published_at: int | None) -> str:
+            stamp = stamps.get(published_at)
+            if stamp is None:
+                stamp = stamps[published_at] = self._stamp(published_at, clock)
+            return stamp
+
         bulk = _Bulk(self)
         for i in exact_keys:  # claims and replacements share the x: buckets: in the order they came
             match writes[i]:
                 case ClaimWrite(keys, canonical_id, published_at):
                     holders: list[Any] = [None] * len(keys)
                     results[i] = holders
-                    holder = self._stamp(published_at, clock) + canonical_id
+                    holder = stamp_of(published_at) + canonical_id
                     for k, key in enumerate(keys):
                         bucket, field_ = self._exact(key)
                         bulk.add(bucket, "c", (field_, holder), holders, k)
                 case ReplaceWrite(key, expected, canonical_id, published_at):
                     bucket, field_ = self._exact(key)
-                    stamp = "" if published_at is None else self._stamp(published_at, clock)
+                    stamp = "" if published_at is None else stamp_of(published_at)
                     bulk.add(bucket, "r", (field_, expected, canonical_id, stamp), results, i)
         for i in new:  # c: buckets
             canonical_id = named[i]
@@ -993,7 +1002,7 @@ class RedisStateStore:
             write = writes[i]
             if isinstance(write, CanonicalWrite) and (results[i] == new.get(i) or i in held):
                 seq = str(results[i])
-                stamp = self._stamp(write.published_at, clock)
+                stamp = stamp_of(write.published_at)
                 entry = f"{write.simhash:0{_SIMHASH_HEX}x}{stamp}{write.canonical_id}"
                 entries.append((self._entries_key(results[i] // 256), "e", (seq, entry)))
                 keys = self._band_keys(write.language, write.bands)
@@ -1019,10 +1028,11 @@ class RedisStateStore:
         for i in verdicts:  # v: buckets
             match writes[i]:
                 case VerdictWrite(link):
-                    args = self._verdict_args(link, link.seq or verdict_seqs[i], clock)
+                    args = self._verdict_args(link, link.seq or verdict_seqs[i], stamp_of(link.published_at))
                     bulk.add(self._bucket("v", link.doc_id), "v", args, results, i)
                 case ReplaceVerdictWrite(link, expected):
-                    args = (*self._verdict_args(link, link.seq or verdict_seqs[i], clock), _verdict_value(expected))
+                    args = self._verdict_args(link, link.seq or verdict_seqs[i], stamp_of(link.published_at))
+                    args = (*args, _verdict_value(expected))
                     bulk.add(self._bucket("v", link.doc_id), "V", args, results, i)
         self._sink(bulk.calls(epoch, clock))
         # 6: group sizes, once the verdict that makes a member is recorded
@@ -1040,9 +1050,9 @@ class RedisStateStore:
         self._sink(bulk.calls(epoch, clock))
         return results, max(moved)
 
-    def _verdict_args(self, link: Link, seq: int, clock: int) -> tuple[Any, ...]:
+    def _verdict_args(self, link: Link, seq: int, stamp: str) -> tuple[Any, ...]:
         """A verdict item's arguments: doc_id, stamp, the encoded verdict, its seq."""
-        return (link.doc_id, self._stamp(link.published_at, clock), _verdict_value(link), seq)
+        return (link.doc_id, stamp, _verdict_value(link), seq)
 
     def _band_calls(self, script: _Lua, items: Sequence[tuple[str, str]], epoch: int, clock: int) -> list[Call]:
         """One call per slot of (band bucket, "value seq") items."""
@@ -1241,7 +1251,7 @@ class _Bulk:
         position = items.buckets.get(bucket)
         if position is None:
             position = items.buckets[bucket] = len(items.buckets) + 1
-            items.fences[self._store._fence_key(bucket)] = None
+            items.fences[self._store._fence_key(bucket)] = None  # a dict: each fence once, in order
         queued = items.args
         queued.append(code)
         queued.append(position)
