@@ -387,9 +387,10 @@ GC_THRESHOLD = 50_000
 @contextmanager
 def _rare_collections() -> Iterator[None]:
     """Fewer garbage collections while links are restored: a batch allocates hundreds of thousands of short-lived
-    objects (writes, script arguments), freed by reference counting, and with the default threshold the cycle
-    collector ran about every 250 links, 15-20% of the client's time. What the process held before (the
-    settings, the clients) is frozen out of every collection. Restored on the way out."""
+    objects (writes, script arguments), freed by reference counting, which the default threshold (a young
+    collection every 700 allocations) makes the cycle collector walk again and again: 96 against 79 us of
+    client CPU a link with collections off (20,000 generated links restored through `Restorer`). What the
+    process held before (the settings, the clients) is frozen out of every collection. Restored on the way out."""
     threshold = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, *threshold[1:])

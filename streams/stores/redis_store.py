@@ -59,7 +59,9 @@ encoding.
 Writes: there is no transaction across slots, so a batch (`apply`) is written in rounds of
 one-slot scripts, each idempotent, in an order that a crash between any two leaves a state
 the batch's redelivery completes (re-applying a half-applied batch gives the full batch's
-result):
+result). A round is one script call per slot (`_BULK`, one call on one server) carrying that
+slot's items of the round in the order the writes came, with one answer per item (a call
+per write made redis-py's per-command work most of `dedup replay`'s client time).
 
 1. checks: the lease key still holds our token, the verdicts of the batch's documents (one
    decided meanwhile has its whole group dropped), the clock;
@@ -85,8 +87,8 @@ next member). An unfenced writer racing a verdict in 5 loses the document (`Appl
 Fencing. The registration lease (`redis_lock`) carries an epoch, drawn by `INCR` once the
 lock is ours, so every later holder has a greater one. `RedisLock(fence=store.fence)`
 publishes it to the fence key of every slot group before `acquire` returns, i.e. before the
-new holder reads anything; every writing script compares the writer's epoch with its slot's
-fence key and refuses an older one (`FENCED`: `LeaseLost`). So a holder paused past its
+new holder reads anything; every writing script compares the writer's epoch with the fence
+key of each slot group it writes in and refuses an older one (`FENCED`: `LeaseLost`). So a holder paused past its
 lease, waking up anywhere in `apply`, writes nothing in a slot once the new holder has
 published there, and whatever it wrote before that the new holder reads: no write of an
 older holder lands after a newer one has read. Its batch stops at the refused round; what it
