@@ -165,7 +165,12 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
             await asyncio.to_thread(resources.ping)
         except Exception as exc:  # report, never raise, from a probe
             problems["redis"] = f"{type(exc).__name__}: {exc}"
-        body = {"status": "not ready" if problems else "ready", "problems": problems, "agents": list(map(str, agents))}
+        body = {
+            "status": "not ready" if problems else "ready",
+            "problems": problems,
+            "agents": list(map(str, agents)),
+            "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in app.assignor.assigned_actives()),
+        }
         return web.json(body, status=503 if problems else 200)
 
     @app.page("/metrics")
