@@ -201,6 +201,12 @@ class WorkerSettings(Section):
         description="Largest record the broker accepts (its message.max.bytes, 1 MiB by default in Kafka):"
         " the producers' limit, and what max_record_bytes must fit in with room for the features.",
     )
+    delivery_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest a batch's outputs wait for the broker's acknowledgement (its producer's request"
+        " timeout too) before the batch is sent again.",
+    )
     web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 

@@ -8,6 +8,7 @@ a given folder and are stopped by PID when the context ends.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -99,6 +100,15 @@ class LocalKafka:
         if self._process is not None:
             _stop(self._process)
             self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker keeps its connections open and answers nothing (a hung or partitioned broker)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
 
 @contextmanager
