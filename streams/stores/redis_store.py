@@ -129,7 +129,7 @@ from redis.cluster import RedisCluster
 from redis.commands.policies import StaticPolicyResolver
 from redis.crc import key_slot
 
-from streams.config import RetentionSettings
+from streams.config import RetentionSettings, Settings
 from streams.core.model import (
     CONTENT_KEY_CHARS,
     DAY_S,
@@ -445,6 +445,8 @@ class Swept:
 
 
 _RETENTION = RetentionSettings()
+BUCKET_BITS: int = Settings.model_fields["redis_bucket_bits"].default
+"""The buckets per hashed family, 2**bits, unless told (`Settings.redis_bucket_bits`)."""
 
 Client = redis.Redis | RedisCluster
 Call = Callable[..., Any]
@@ -493,12 +495,17 @@ class RedisStateStore:
         self,
         client: Client,
         prefix: str = "dedup:",
-        bucket_bits: int = 12,
+        bucket_bits: int = BUCKET_BITS,
         retention: RetentionSettings = _RETENTION,
     ) -> None:
+        if bucket_bits % 4 or not 4 <= bucket_bits <= 24:
+            raise ValueError(f"bucket_bits is {bucket_bits}: a multiple of 4 from 4 to 24 (whole hex digits)")
         self._redis = client
         self._prefix = prefix
-        self._bucket_hex = max(1, bucket_bits // 4)
+        self._bucket_bits = bucket_bits
+        self._bucket_hex = bucket_bits // 4
+        self.layout = f"{LAYOUT}/{bucket_bits}"
+        """The `{prefix}layout` marker: the key layout, then the bucket bits it was written with."""
         self._clock = f"{prefix}clock"
         self._cursor = f"{prefix}sweep"
         self._seq = f"{prefix}seq"
@@ -529,9 +536,10 @@ class RedisStateStore:
         prefix: str = "dedup:",
         password: str | None = None,
         retention: RetentionSettings = _RETENTION,
+        bucket_bits: int = BUCKET_BITS,
     ) -> RedisStateStore:
         """A store on `url` (see `connect`); the password may also be in the URL."""
-        return cls(connect(url, password), prefix, retention=retention)
+        return cls(connect(url, password), prefix, bucket_bits, retention)
 
     def close(self) -> None:
         self._redis.close()
@@ -550,8 +558,8 @@ class RedisStateStore:
         return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
 
     def _exact(self, key: str) -> tuple[str, str]:
-        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 12
-        bucket bits, two of a billion keys share all 92 with odds of about 1e-10); a field 16 bits
+        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 16
+        bucket bits, two of a billion keys share all 96 with odds of about 1e-11); a field 16 bits
         shorter than before pays for the value's stamp."""
         digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
         return self._hashed("x", digest), digest[self._bucket_hex : self._bucket_hex + 20]
@@ -603,14 +611,22 @@ class RedisStateStore:
                 f"streams-dedup (no {layout_key} key): delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        if layout is not None and layout != LAYOUT:
+        written = f"{LAYOUT}/12" if layout == LAYOUT else layout  # marked before the bucket count was
+        kind, _, bits = (written or "").partition("/")
+        if layout is not None and kind != LAYOUT:
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
                 f"layout {LAYOUT}: delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        if layout is None:
-            self._redis.set(layout_key, LAYOUT, nx=True)
+        if layout is not None and written != self.layout:
+            raise LayoutMismatch(
+                f"the Redis state under prefix {self._prefix!r} was written with bucket_bits {bits}, this store "
+                f"has {self._bucket_bits}: set DEDUP_REDIS_BUCKET_BITS={bits}, or rebuild it with `dedup replay` "
+                "under another DEDUP_REDIS_PREFIX"
+            )
+        if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
+            return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
 
     def fence(self, lease: Lease) -> int:
