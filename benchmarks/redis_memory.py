@@ -5,8 +5,9 @@ Run:  .venv/bin/python benchmarks/redis_memory.py [--count 100000] [--url redis:
       .venv/bin/python benchmarks/redis_memory.py --bulk --points 100000,1000000,10000000 [--bucket-bits 16]
           [--json memory.json]
 
-Without --url it starts its own redis-server (Debian's, its default configuration: hash-max-listpack-entries
-512, hash-max-listpack-value 64, as the compose file's image) on a free port and stops it at the end.
+Without --url it starts its own redis-server (Debian's) on a free port and stops it at the end. Either
+way it sets hash-max-listpack-value to docker-compose.yml's 256 first (--listpack-value; 0 keeps the
+server's, 64 by default); hash-max-listpack-entries stays Redis's default, 512.
 
 The default runs stages 1 to 3 over N synthetic articles (`synthetic_articles`: canonicals and their
 duplicates, realistic ids) through the cascade, the product's public path. It prints used_memory grown,
@@ -16,10 +17,15 @@ field or value is longer than hash-max-listpack-value).
 
 `--bulk` writes N canonicals as the cascade registers them (both exact keys claimed, the canonical, its
 s: record and bands, its verdict) with scale.py's `ProductBulk`: the store's own key functions and
-encoders, checked against the public path by tests/test_scale_benchmark.py, at about 50,000 canonicals
-a second instead of 1,000. Doc ids are scale.py's (`scale-{i}`); SimHashes are uniform random (they
-only place the bands: featurised articles collide a little more, docs/benchmarks.md "Scale"). It
-measures at every point of --points.
+encoders, checked against the public path by tests/test_scale_benchmark.py: 5,000 to 8,000 canonicals
+a second on the shared 2-vCPU VM instead of about 1,000. Doc ids are scale.py's (`scale-{i}`, or
+--ids uuid / url), a verdict names --model (stage 4's embedding model) when given; SimHashes are
+uniform random (they only place the bands: featurised articles collide a little more,
+docs/benchmarks.md "Scale"). It measures at every point of --points. `--sample 16` writes, for a
+point N, only the last N/16 canonicals (their own ids and seqs) into a store of 1/16 the buckets,
+with SimHashes whose band values fall in 1/16 of the band buckets: every hash then holds what it
+holds at N, so bytes a canonical are N's, 16 times faster (at 1M: 263 both ways, every family within
+1 byte; docs/benchmarks.md "Memory").
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ import argparse
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,14 @@ from streams.records.article import Featurizer
 from streams.stores.redis_store import RedisStateStore
 
 PREFIX = "dedup:"
+IDS: dict[str, Callable[[int], str]] = {
+    "scale": lambda i: f"scale-{i}",
+    "uuid": lambda i: str(uuid.UUID(int=i * 0x9E3779B97F4A7C15 % 2**128, version=4)),
+    "url": lambda i: f"https://www.dhakadaily.example.com/national/2026/11/{i:08d}/metro-rail-late-service",
+}
+"""Doc ids of the bulk writer: the crawler's id is whatever it sends (up to max_id_chars)."""
+LISTPACK_VALUE = 256
+"""hash-max-listpack-value of docker-compose.yml's Redis (tests/test_redis_memory_layout.py holds them equal)."""
 SLICE = 250_000
 """Canonicals the bulk writer writes at a time."""
 
@@ -69,6 +85,20 @@ def main() -> None:
         " that every bucket holds what it holds at N (the hashed families' bytes a canonical as at N, sample"
         " times faster; the b: bands hold N/sample canonicals' seqs: measure them at 1)",
     )
+    parser.add_argument(
+        "--ids",
+        choices=sorted(IDS),
+        default="scale",
+        help="--bulk: doc ids: scale.py's (scale-{i}, 13 characters at 10M), a UUID (36) or a URL (about 70)",
+    )
+    parser.add_argument("--model", default="", help="--bulk: the embedding model a verdict names (stage 4 on)")
+    parser.add_argument(
+        "--listpack-value",
+        type=int,
+        default=LISTPACK_VALUE,
+        help="CONFIG SET hash-max-listpack-value first; default: docker-compose.yml's (README, Memory);"
+        " 0: the server's",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the measurements here too")
     args = parser.parse_args()
@@ -78,6 +108,8 @@ def main() -> None:
         local_redis(Path(folder)) if args.url is None else _given(args.url) as url,
     ):
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=600)
+        if args.listpack_value:
+            client.config_set("hash-max-listpack-value", args.listpack_value)
         config = client.config_get("hash-max-listpack-*")
         print(f"bucket_bits {bits}; Redis {client.info('server')['redis_version']}, {config}")
         rows = _bulk(client, bits, args) if args.bulk else [_cascade(client, bits, args.count)]
@@ -115,6 +147,11 @@ def _bulk(client: redis.Redis, bits: int, args: argparse.Namespace) -> list[dict
     fps[:, 0] = rng.integers(0, np.iinfo(np.uint64).max, size=points[-1], dtype=np.uint64, endpoint=True)
     fps[:, 1] = rng.random(points[-1]) < scale.BANGLA_SHARE
     sampled = (args.sample.bit_length() - 1) // 4 * 4  # bits fewer: 1/16 of the buckets is one hex digit less
+    if args.sample > 1:  # every band value in 1/sample of the band buckets: (value >> 6) a multiple of sample
+        fps[:, 0] &= ~np.uint64(sum((args.sample - 1) << (6 + 16 * band) for band in range(4)))
+    link = scale._link
+    scale._doc_id = IDS[args.ids]
+    scale._link = lambda *a: replace(link(*a), model=args.model or None)
     bulk = scale.ProductBulk(client, PREFIX, 1_000_000)
     bulk.store = RedisStateStore(client, PREFIX, bits - sampled)  # the s: and b: keys do not depend on it
     bulk.bands.store = bulk.store

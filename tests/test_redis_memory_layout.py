@@ -3,15 +3,20 @@ part of the layout marker, and a state written with other buckets is refused in 
 
 from __future__ import annotations
 
+import ast
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
+import yaml
 
 from streams.config import Settings
 from streams.core.model import Link
 from streams.stores.redis_store import LAYOUT, LayoutMismatch, RedisStateStore, connect
+from tests.conftest import COMPOSE_FILE
+
+BENCHMARK = COMPOSE_FILE.parent / "benchmarks" / "redis_memory.py"
 
 
 @pytest.fixture
@@ -78,3 +83,20 @@ def test_bucket_bits_must_be_whole_hex_digits() -> None:
         RedisStateStore(redis.Redis(), _prefix(), bucket_bits=14)
     with pytest.raises(ValueError):
         Settings(redis_bucket_bits=14)
+
+
+def test_the_memory_benchmark_measures_the_redis_compose_runs() -> None:
+    """README "Memory": the compose file's Redis keeps long ids and model names in listpacks and never
+    evicts; benchmarks/redis_memory.py measures with the same hash-max-listpack-value."""
+    command = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))["services"]["redis"]["command"]
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options["--maxmemory-policy"] == "noeviction"
+    module = ast.parse(BENCHMARK.read_text(encoding="utf-8"))
+    value = next(
+        node.value.value
+        for node in module.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", None) == "LISTPACK_VALUE"
+        and isinstance(node.value, ast.Constant)
+    )
+    assert options["--hash-max-listpack-value"] == str(value)

@@ -3,8 +3,8 @@
 Redis spends about 50 bytes on every key, so nothing here has a key of its own:
 entries live as fields of hashes split into a fixed number of buckets (a small
 hash is stored as one compact listpack). Under a configurable prefix (default
-`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x` (3 hex digits
-by default) and `{t}` a hash tag of 2 hex digits (below):
+`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x` (4 hex digits
+by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (below):
 
 | hash | field | value |
 |---|---|---|
@@ -19,7 +19,7 @@ by default) and `{t}` a hash tag of 2 hex digits (below):
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
-| `layout` (string) | | `LAYOUT`: the key layout the state was written in |
+| `layout` (string) | | `LAYOUT`/`bucket_bits`: the key layout and bucket count the state was written in |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t` |
 
 Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
@@ -47,10 +47,12 @@ stamps included), such an index cost 130 bytes more per canonical as appended st
 sets; the stamps cost 10 (283 before them). The scripts get the clock as an argument (its key
 is in another slot), read with the batch.
 
-Layouts. A state written in another layout (before the stamps, before the hash tags) would
-be misread: the store refuses it in one line (`LayoutMismatch`: rebuild it with `dedup
-replay`). An empty state is marked with `{prefix}layout` on first use; data (a seq, vseq,
-clock, sweep or languages key) without it is an older layout.
+Layouts. A state written in another layout (before the stamps, before the hash tags) or with
+another bucket count would be misread: the store refuses it in one line (`LayoutMismatch`:
+set the bucket bits it names, or rebuild it with `dedup replay`). An empty state is marked
+with `{prefix}layout` on first use (`2/16`: layout 2, 16 bucket bits; a plain `2` was written
+before the count was a setting, with 12); data (a seq, vseq, clock, sweep or languages key)
+without it is an older layout.
 
 Every value that holds a caller's strings ends with them (after fixed-width fields,
 the first of two prefixed by its length), so no id, however strange, can break the
@@ -110,8 +112,20 @@ that slot until the next lease publishes. A lost `INCR` of a counter could give 
 twice: s: entries are set where absent, so the second canonical of a seq never overwrites
 the first (it is then no candidate itself); a verdict seq is an order only.
 
-Buckets stay small enough for the compact encoding up to about 100,000 canonicals
-(`benchmarks/redis_memory.py` measures bytes per canonical).
+Buckets stay small enough for the compact encoding (a listpack: Redis keeps a hash so while it
+has at most `hash-max-listpack-entries` fields, 512 by default, none longer than
+`hash-max-listpack-value`, 64 bytes) while the live state fits its bucket count: the exact keys,
+two a canonical, fill theirs first, so 2**`bucket_bits` buckets hold about 2**bits * 256
+canonicals live in the retention window (16 bits: 16M; 12 bits: 1M). A hash past either limit
+becomes a hash table for good, about 80 bytes more an entry: 516 bytes a canonical at 10M with 12
+bits, 255 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
+(about 70 bytes) while they hold few entries: 16 bits is 380-400 bytes a canonical at 100,000
+against 290 with 12, and the sweep reads 65,536 buckets a family a day. The s: buckets hold 256
+seqs each and the b: buckets 64 band values, whatever the size; a band value's seqs pass 64
+bytes from about 1M canonicals, and those hash tables cost about 40 bytes a canonical.
+A value holds a caller's strings (doc ids, the embedding model): a verdict naming a model or a
+long id passes 64 bytes, so the compose file's Redis runs with `hash-max-listpack-value` 256
+(README, "Memory").
 """
 
 from __future__ import annotations
