@@ -119,8 +119,9 @@ two a canonical, fill theirs first, so 2**`bucket_bits` buckets hold about 2**bi
 canonicals live in the retention window (16 bits: 16M; 12 bits: 1M). A hash past either limit
 becomes a hash table for good, about 80 bytes more an entry: 516 bytes a canonical at 10M with 12
 bits, 255 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
-(about 70 bytes) while they hold few entries: 16 bits is 380-400 bytes a canonical at 100,000
-against 290 with 12, and the sweep reads 65,536 buckets a family a day. The s: buckets hold 256
+(about 70 bytes) while they hold few entries: through the cascade, 100,000 documents take 482
+bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
+a day. The s: buckets hold 256
 seqs each and the b: buckets 64 band values, whatever the size; a band value's seqs pass 64
 bytes from about 1M canonicals, and those hash tables cost about 40 bytes a canonical.
 A value holds a caller's strings (doc ids, the embedding model): a verdict naming a model or a
