@@ -294,8 +294,8 @@ class Settings(BaseSettings):
         multiple_of=4,
         description="Hash buckets per Redis key family: 2**bits. Size it for the canonicals live in the retention"
         " window: a bucket stays a compact listpack while it holds at most 512 entries (Redis's"
-        " hash-max-listpack-entries), and the exact keys (two a document) fill theirs first: 16 holds about 16M"
-        ' canonicals; 12 (the layout before it) 1M, and costs less below 300,000 (README, "Memory"). Part of the'
+        " hash-max-listpack-entries), and the exact keys (two a canonical) fill theirs first: 16 holds about 16M"
+        ' canonicals; 12 (the count before it) 1M, and costs less below 300,000 (README, "Memory"). Part of the'
         " layout: a state written with other buckets is refused.",
     )
     qdrant_url: str | None = Field(
