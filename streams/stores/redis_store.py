@@ -117,8 +117,8 @@ has at most `hash-max-listpack-entries` fields, 512 by default, none longer than
 `hash-max-listpack-value`, 64 bytes) while the live state fits its bucket count: the exact keys,
 two a canonical, fill theirs first, so 2**`bucket_bits` buckets hold about 2**bits * 256
 canonicals live in the retention window (16 bits: 16M; 12 bits: 1M). A hash past either limit
-becomes a hash table for good, about 80 bytes more an entry: 516 bytes a canonical at 10M with 12
-bits, 255 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
+becomes a hash table for good, about 80 bytes more an entry: 520 bytes a canonical at 10M with 12
+bits, 252 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
 (about 70 bytes) while they hold few entries: through the cascade, 100,000 documents take 482
 bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
 a day. The s: buckets hold 256
