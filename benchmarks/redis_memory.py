@@ -81,15 +81,15 @@ def main() -> None:
         type=int,
         default=1,
         choices=[1, 16, 256],
-        help="--bulk: write only the last N/sample canonicals of each point N into 1/sample of the buckets, so"
-        " that every bucket holds what it holds at N (the hashed families' bytes a canonical as at N, sample"
-        " times faster; the b: bands hold N/sample canonicals' seqs: measure them at 1)",
+        help="--bulk: write only the last N/sample canonicals of each point N into 1/sample of the buckets (band"
+        " values in 1/sample of theirs), so that every hash holds what it holds at N: bytes a canonical as at N,"
+        " sample times faster",
     )
     parser.add_argument(
         "--ids",
         choices=sorted(IDS),
         default="scale",
-        help="--bulk: doc ids: scale.py's (scale-{i}, 13 characters at 10M), a UUID (36) or a URL (about 70)",
+        help="--bulk: doc ids: scale.py's (scale-{i}, 13 characters at 10M), a UUID (36) or a URL (84)",
     )
     parser.add_argument("--model", default="", help="--bulk: the embedding model a verdict names (stage 4 on)")
     parser.add_argument(
