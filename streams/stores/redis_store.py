@@ -121,12 +121,11 @@ becomes a hash table for good, about 80 bytes more an entry: 520 bytes a canonic
 bits, 252 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
 (about 70 bytes) while they hold few entries: through the cascade, 100,000 documents take 482
 bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
-a day. The s: buckets hold 256
-seqs each and the b: buckets 64 band values, whatever the size; a band value's seqs pass 64
-bytes from about 1M canonicals, and those hash tables cost about 40 bytes a canonical.
-A value holds a caller's strings (doc ids, the embedding model): a verdict naming a model or a
-long id passes 64 bytes, so the compose file's Redis runs with `hash-max-listpack-value` 256
-(README, "Memory").
+a day. The s: buckets hold 256 seqs each and the b: buckets 64 band values, whatever the size;
+a band value's seqs pass 64 bytes from about 1M canonicals, and those hash tables cost about 40
+bytes a canonical. A value holds a caller's strings (doc ids, the embedding model): a verdict
+naming a model or a long id passes 64 bytes, so the compose file's Redis runs with
+`hash-max-listpack-value` 256 (README, "Memory").
 """
 
 from __future__ import annotations
