@@ -13,6 +13,7 @@ import yaml
 
 from streams.config import Settings
 from streams.core.model import Link
+from streams.evaluation.services import REDIS_TUNING
 from streams.stores.redis_store import LAYOUT, LayoutMismatch, RedisStateStore, connect
 from tests.conftest import COMPOSE_FILE
 
@@ -100,3 +101,5 @@ def test_the_memory_benchmark_measures_the_redis_compose_runs() -> None:
         and isinstance(node.value, ast.Constant)
     )
     assert options["--hash-max-listpack-value"] == str(value)
+    tuning = dict(zip(REDIS_TUNING[::2], REDIS_TUNING[1::2], strict=True))
+    assert tuning == {key: options[key] for key in tuning}  # the tests' Redis is configured as compose's

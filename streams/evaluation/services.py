@@ -27,6 +27,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+REDIS_TUNING = ["--hash-max-listpack-value", "256", "--maxmemory-policy", "noeviction"]
+"""docker-compose.yml's Redis options (README, "Memory"), so the tests' Redis encodes as deployed ones do
+(tests/test_redis_memory_layout.py holds them equal)."""
+
+
 class LocalRedis:
     """A redis-server on a free port that a test can stop and start again on the same port and data."""
 
@@ -38,7 +43,7 @@ class LocalRedis:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._command = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        self._command += ["--appendonly", "yes" if appendonly else "no", "--dir", str(folder)]
+        self._command += ["--appendonly", "yes" if appendonly else "no", "--dir", str(folder), *REDIS_TUNING]
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
