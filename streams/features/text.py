@@ -18,7 +18,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -376,18 +376,26 @@ class NormalizedTexts:
     spans: np.ndarray
     failed: frozenset[int]
     """Documents whose text is not UTF-8 (a lone surrogate): left to the one-document path."""
+    bounds: list[list[int]] = field(init=False, repr=False, compare=False)
+    """`spans` as Python ints, and a view of the buffer made once: reading a document's text or
+    hash then costs no NumPy scalar and no memoryview of its own."""
+    view: memoryview = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounds", self.spans.tolist())
+        object.__setattr__(self, "view", memoryview(self.buffer))
 
     def __len__(self) -> int:
         return len(self.spans)
 
     def text(self, index: int) -> str:
-        start, end = self.spans[index]
-        return str(memoryview(self.buffer)[start:end], "utf-8")
+        start, end = self.bounds[index]
+        return str(self.view[start:end], "utf-8")
 
     def content_hash(self, index: int) -> str:
         """`content_hash` of the document's text, read from the buffer without encoding it again."""
-        start, end = self.spans[index]
-        return hashlib.sha256(memoryview(self.buffer)[start:end]).hexdigest()
+        start, end = self.bounds[index]
+        return hashlib.sha256(self.view[start:end]).hexdigest()
 
 
 def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
