@@ -195,6 +195,7 @@ _WORD_BYTES = np.array([0 if _ASCII_BREAKS[b] else ord(chr(b).lower()) + 1 for b
 
 @njit(cache=True)
 def _all_ascii(buffer: np.ndarray, start: int, end: int) -> bool:
+    """Whether the bytes at start:end are all ASCII (the branch-free word path takes only those)."""
     seen = np.uint8(0)
     for i in range(start, end):
         seen |= buffer[i]
