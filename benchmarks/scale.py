@@ -110,7 +110,7 @@ from streams.records.output import read_link_record
 from streams.records.schemas import LINK, validator
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import LAYOUT, RedisStateStore, _verdict_value
+from streams.stores.redis_store import RedisStateStore, _verdict_value
 from streams.stores.sqlite import SqliteStateStore
 
 CACHE = Path.home() / ".cache" / "streams-dedup"
@@ -662,7 +662,7 @@ class ProductBulk:
             pipe.set(f"{self.prefix}seq", stop)
             pipe.set(f"{self.prefix}vseq", stop)
             pipe.set(f"{self.prefix}clock", int(published(stop - 1, self.per_day)))
-            pipe.set(f"{self.prefix}layout", LAYOUT)
+            pipe.set(f"{self.prefix}layout", self.store.layout)
             pipe.execute()
 
 

@@ -201,6 +201,12 @@ class WorkerSettings(Section):
         description="Largest record the broker accepts (its message.max.bytes, 1 MiB by default in Kafka):"
         " the producers' limit, and what max_record_bytes must fit in with room for the features.",
     )
+    delivery_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest a batch's outputs wait for the broker's acknowledgement (its producer's request"
+        " timeout too) before the batch is sent again.",
+    )
     web_host: str = Field("127.0.0.1", description="Address of /healthz, /readyz and /metrics.")
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 
@@ -286,6 +292,17 @@ class Settings(BaseSettings):
     redis_password: SecretStr | None = Field(None, description="Redis password, if not in the URL.")
     redis_prefix: str = Field(
         "dedup:", description="Prefix of every Redis key (no hash tag on Redis Cluster: each bucket has its own)."
+    )
+    redis_bucket_bits: int = Field(
+        16,
+        ge=4,
+        le=24,
+        multiple_of=4,
+        description="Hash buckets per Redis key family: 2**bits. Size it for the canonicals live in the retention"
+        " window: a bucket stays a compact listpack while it holds at most 512 entries (Redis's"
+        " hash-max-listpack-entries), and the exact keys (two a canonical) fill theirs first: 16 holds about 16M"
+        ' canonicals; 12 (the count before it) 1M, and costs less below 300,000 (README, "Memory"). Part of the'
+        " layout: a state written with other buckets is refused.",
     )
     qdrant_url: str | None = Field(
         None, description="Vector store of the workers: a Qdrant server URL, or 'embedded' for one in state_dir."

@@ -27,7 +27,7 @@ from qdrant_client import QdrantClient
 
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
-from streams.evaluation.services import free_port, local_kafka, local_redis
+from streams.evaluation.services import REDIS_TUNING, free_port, local_kafka, local_redis
 from streams.evaluation.stack import Stack
 from streams.stores.batched import BatchedState
 from streams.stores.redis_store import RedisStateStore
@@ -218,7 +218,7 @@ class LocalRedisCluster:
             command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.folder)]
             command += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
             command += ["--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0"]
-            command += ["--save", "", "--appendonly", "no", "--logfile", f"redis-{port}.log"]
+            command += ["--save", "", "--appendonly", "no", "--logfile", f"redis-{port}.log", *REDIS_TUNING]
             self.processes[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for port in self.ports:
             self._wait(port, lambda node: bool(node.ping()))

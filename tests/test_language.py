@@ -1,7 +1,9 @@
+import hashlib
+
 import pytest
 
 from streams.evaluation.corpus import NtrexDocument
-from streams.features.language import UNDETERMINED, detect_language, normalize_language
+from streams.features.language import UNDETERMINED, RememberedLanguages, detect_language, normalize_language
 
 
 def test_english_and_bangla_news_are_identified(ntrex: list[NtrexDocument]) -> None:
@@ -61,3 +63,19 @@ def test_unknown_or_empty_labels_are_none(label: str) -> None:
 def test_detected_codes_are_normalised_too() -> None:
     hebrew = "הממשלה הודיעה היום על צעדים כלכליים חדשים לבלימת האינפלציה במדינה."
     assert detect_language(hebrew) == "he"
+
+
+def test_remembered_languages_answer_as_detect_language_does(ntrex: list[NtrexDocument]) -> None:
+    # Copies that begin alike share an answer; it is always detect_language's own, whether the
+    # sample is the whole text or only its beginning, and whatever was remembered before.
+    sample = 60
+    remembered = RememberedLanguages(sample, size=8)
+    texts = []
+    for doc in ntrex[:10]:
+        english, bengali = " ".join(doc.english), " ".join(doc.bengali)
+        texts += [english, english + " An edit past the sample.", bengali[:sample], bengali, "\x00\x07" + english]
+    texts += ["", "x", "Hello " * 10, "Hello " * 10 + "bonjour " * 40]
+    for text in texts * 2:
+        content_hash = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        assert remembered.detect(text, content_hash) == detect_language(text, sample), text
+    assert len(remembered._known) <= 8

@@ -7,7 +7,6 @@ worker processes, a real broker, a real Redis.
 from __future__ import annotations
 
 import random
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -86,7 +85,7 @@ def test_two_workers_racing_on_copies_never_make_two_canonicals(stack: Stack) ->
     stack.create_topics()
     stack.start_worker()
     stack.start_worker()
-    time.sleep(3)  # let both join the group, so both hold partitions
+    stack.wait_assigned(stack.settings().topics.raw)  # both in the group, each holding partitions
     stack.produce(orjson.dumps(r) for r in records)
     latest, every = stack.final_links(ids, timeout=240)
     assert_invariants(latest)
@@ -104,10 +103,18 @@ def test_two_workers_racing_on_copies_never_make_two_canonicals(stack: Stack) ->
             holders[("content", link["content_hash"])].add(doc_id)
     assert all(len(roots) == 1 for roots in canonicals.values()), "a story got two canonicals"
     assert all(len(owners) == 1 for owners in holders.values()), "an exact key got two canonicals"
-    for worker in stack.workers:  # both took part: each decided documents of its partitions
+    # Both took part: each decided documents of its partitions. Which one registers a story's first copy is
+    # a race (stages 1 to 3 run in one hop; a worker still compiling its kernels may find every story taken),
+    # so a worker's verdicts may all be duplicates: any verdict counts.
+    for worker in stack.workers:
         metrics = worker.metrics()
-        assert 'dedup_verdicts_total{stage="none",verdict="unique"}' in metrics
+        assert _decided(metrics) > 0, worker.log.read_text()[-3000:]
         assert "dedup_verdict_latency_seconds_count" in metrics
+
+
+def _decided(metrics: str) -> float:
+    """The verdicts a worker gave, from its Prometheus text."""
+    return sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("dedup_verdicts_total{"))
 
 
 _JSON = st.recursive(

@@ -8,13 +8,16 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from aiokafka import AIOKafkaProducer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.kafka.batched import send_batched
+from streams.evaluation.services import LocalKafka
+from streams.kafka.batched import DeliveryTimeout, send_batched
 
 PARTITIONS = 4
 T = TypeVar("T")
@@ -53,8 +56,12 @@ def _read(bootstrap: str, topic: str, count: int) -> dict[int, list[tuple[bytes 
     return found
 
 
-async def _with_producer(bootstrap: str, body: Callable[[AIOKafkaProducer], Awaitable[T]], batch_bytes: int) -> T:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_batch_size=batch_bytes)
+async def _with_producer(
+    bootstrap: str, body: Callable[[AIOKafkaProducer], Awaitable[T]], batch_bytes: int, request_timeout_ms: int = 40_000
+) -> T:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", max_batch_size=batch_bytes, request_timeout_ms=request_timeout_ms
+    )
     await producer.start()
     try:
         return await body(producer)
@@ -70,7 +77,7 @@ def test_records_land_where_a_send_each_puts_them_in_order_and_too_large_ones_co
     records.insert(200, too_large)
 
     async def body(producer: AIOKafkaProducer) -> tuple[list[Out], dict[bytes, int]]:
-        refused = await send_batched(producer, records, max_bytes=64 * 1024)
+        refused = await send_batched(producer, records, max_bytes=64 * 1024, timeout_s=60)
         # Where aiokafka's own per-record send puts each key: the partition must be the same.
         check = _topics(kafka_bootstrap, {})[0]
         where = {}
@@ -103,9 +110,37 @@ def test_a_batch_the_broker_refuses_as_too_large_is_sent_again_record_by_record(
     records = [*fits[:6], big, *fits[6:]]
 
     async def body(producer: AIOKafkaProducer) -> list[Out]:
-        return await send_batched(producer, records, max_bytes=1 << 20)
+        return await send_batched(producer, records, max_bytes=1 << 20, timeout_s=60)
 
     refused = asyncio.run(_with_producer(kafka_bootstrap, body, batch_bytes=256 * 1024))
     assert refused == [big]
     landed = [value for items in _read(kafka_bootstrap, small, len(fits)).values() for _, value in items]
     assert landed == [r.value for r in fits]
+
+
+def test_a_broker_that_stops_answering_fails_the_send_within_its_deadline_and_it_resumes(tmp_path: Path) -> None:
+    """A SIGSTOPped broker keeps its connections open and answers nothing: aiokafka would wait for its
+    request timeout (faust's default: 20 minutes) with the batch's futures unresolved, and the worker with
+    them. `send_batched` gives up at its deadline, so the caller retries the batch; once the broker is
+    back, the same producer delivers."""
+    broker = LocalKafka(tmp_path / "kafka")
+    broker.start()
+    try:
+        (topic,) = _topics(broker.bootstrap, {})
+        records = [Out(topic, f"doc-{i}".encode(), b"%d" % i) for i in range(50)]
+
+        async def body(producer: AIOKafkaProducer) -> None:
+            await send_batched(producer, records[:10], max_bytes=1 << 20, timeout_s=30)  # metadata in hand
+            broker.pause()
+            try:
+                with pytest.raises(DeliveryTimeout, match="not acknowledged within 2"):
+                    await asyncio.wait_for(send_batched(producer, records[10:], max_bytes=1 << 20, timeout_s=2), 120)
+            finally:
+                broker.resume()
+            assert await send_batched(producer, records[10:], max_bytes=1 << 20, timeout_s=60) == []
+
+        asyncio.run(_with_producer(broker.bootstrap, body, batch_bytes=16 * 1024, request_timeout_ms=1_200_000))
+        landed = {value for items in _read(broker.bootstrap, topic, 50).values() for _, value in items}
+        assert landed == {r.value for r in records}  # every record, some maybe twice (sent again after the deadline)
+    finally:
+        broker.stop()

@@ -8,6 +8,7 @@ a given folder and are stopped by PID when the context ends.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -26,6 +27,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+REDIS_TUNING = ["--hash-max-listpack-value", "256", "--maxmemory-policy", "noeviction"]
+"""docker-compose.yml's Redis options (README, "Memory"), so the tests' Redis encodes as deployed ones do
+(tests/test_redis_memory_layout.py holds them equal)."""
+
+
 class LocalRedis:
     """A redis-server on a free port that a test can stop and start again on the same port and data."""
 
@@ -37,7 +43,7 @@ class LocalRedis:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._command = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        self._command += ["--appendonly", "yes" if appendonly else "no", "--dir", str(folder)]
+        self._command += ["--appendonly", "yes" if appendonly else "no", "--dir", str(folder), *REDIS_TUNING]
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -99,6 +105,15 @@ class LocalKafka:
         if self._process is not None:
             _stop(self._process)
             self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker keeps its connections open and answers nothing (a hung or partitioned broker)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
 
 @contextmanager

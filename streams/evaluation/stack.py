@@ -54,6 +54,17 @@ class Worker:
                 raise RuntimeError(f"worker not ready after {timeout:.0f} s:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.2)
 
+    def partitions(self) -> list[str]:
+        """The partitions this worker holds (`topic:partition`), as its /readyz reports them."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
+                body = response.read()
+        except urllib.error.HTTPError as error:  # 503: not ready, the body still says what it holds
+            body = error.read()
+        except (urllib.error.URLError, OSError):
+            return []
+        return list(orjson.loads(body).get("partitions", []))
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
             return response.read().decode()
@@ -145,6 +156,19 @@ class Stack:
         if wait:
             worker.wait_ready()
         return worker
+
+    def wait_assigned(self, topic: str, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until every running worker holds partitions of `topic` and together they hold all of them:
+        a test about workers sharing a stream produces only once the group has settled."""
+        wanted = {f"{topic}:{p}" for p in range(self.partitions)}
+        deadline = time.monotonic() + timeout
+        while True:
+            held = [{p for p in worker.partitions() if p in wanted} for worker in self.workers]
+            if all(held) and set().union(*held) == wanted:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers hold {held} of {sorted(wanted)} after {timeout:.0f} s")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         for worker in self.workers:

@@ -11,6 +11,7 @@ nothing else: `en_US`, `eng` and `English` are all `en`, and deprecated codes
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 
@@ -57,3 +58,33 @@ def detect_language(text: str, sample_chars: int = 1000) -> str:
         except pycld2.error:
             return UNDETERMINED
     return normalize_language(details[0][1]) or UNDETERMINED
+
+
+class RememberedLanguages:
+    """`detect_language`, remembered for the last `size` samples it read.
+
+    CLD2 reads only a text's first `sample_chars` characters, and re-crawls, syndicated
+    copies and edited copies mostly begin alike: keyed by those characters (by the
+    content hash when the text is no longer than them, else by a SHA-256 of the sample),
+    an answer is found again for every copy whose first sample_chars characters agree,
+    not only for exact copies. The answer is always the one `detect_language` gives.
+    """
+
+    def __init__(self, sample_chars: int, size: int = 65_536) -> None:
+        self._sample_chars = sample_chars
+        self._size = size
+        self._known: dict[str | bytes, str] = {}
+
+    def detect(self, text: str, content_hash: str) -> str:
+        """`detect_language(text, sample_chars)`; `content_hash` is the text's SHA-256 (hex)."""
+        n = self._sample_chars
+        key: str | bytes = (
+            content_hash if len(text) <= n else hashlib.sha256(text[:n].encode("utf-8", "surrogatepass")).digest()
+        )
+        language = self._known.get(key)
+        if language is None:
+            language = detect_language(text, n)
+            self._known[key] = language
+            if len(self._known) > self._size:
+                del self._known[next(iter(self._known))]  # the oldest
+        return language

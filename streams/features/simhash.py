@@ -189,6 +189,43 @@ def _vote(units: np.ndarray, n: int, size: int, spread: np.ndarray) -> np.uint64
     return result
 
 
+# Per ASCII byte, what a word's hash adds for it (its lowercase codepoint + 1), or 0 for a break.
+_WORD_BYTES = np.array([0 if _ASCII_BREAKS[b] else ord(chr(b).lower()) + 1 for b in range(128)], dtype=np.uint64)
+
+
+@njit(cache=True)
+def _all_ascii(buffer: np.ndarray, start: int, end: int) -> bool:
+    """Whether the bytes at start:end are all ASCII (the branch-free word path takes only those)."""
+    seen = np.uint8(0)
+    for i in range(start, end):
+        seen |= buffer[i]
+    return seen < 0x80
+
+
+@njit(cache=True)
+def _ascii_word_units(buffer: np.ndarray, start: int, end: int, word_bytes: np.ndarray, units: np.ndarray) -> int:
+    """The word units of an ASCII text (what `_simhash_docs` finds in it), without a branch per byte:
+    a word ends at every break that follows a word byte, and the next starts from zero. A
+    mispredicted branch at each word's end cost as much as all the hashing. Returns how many."""
+    count = 0
+    current = np.uint64(0)
+    in_word = np.uint64(0)
+    one = np.uint64(1)
+    for i in range(start, end):
+        value = word_bytes[buffer[i]]
+        brk = np.uint64(value == 0)
+        units[count] = current  # kept only when this byte ends a word
+        count += np.int64(brk & in_word)
+        current = (current * _UNIT_MUL + value) * (one - brk)
+        in_word = one - brk
+    if in_word:
+        units[count] = current
+        count += 1
+    for k in range(count):
+        units[k] = _mix_one(units[k])
+    return count
+
+
 @njit(cache=True)
 def _simhash_docs(
     buffer: np.ndarray,
@@ -199,6 +236,7 @@ def _simhash_docs(
     ascii_breaks: np.ndarray,
     other_breaks: np.ndarray,
     spread: np.ndarray,
+    word_bytes: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fingerprints of the documents at `spans` of `buffer`, and which ones it could not lowercase.
 
@@ -217,6 +255,9 @@ def _simhash_docs(
     for d in range(n):
         word_units = words[d]
         i, end, count = spans[d, 0], spans[d, 1], 0
+        if word_units and _all_ascii(buffer, i, end):
+            result[d] = _vote(units, _ascii_word_units(buffer, i, end, word_bytes, units), sizes[d], spread)
+            continue
         current = np.uint64(0)
         in_word = False
         pending_space = False
@@ -282,5 +323,6 @@ def simhash_batch(buffer: np.ndarray, spans: np.ndarray, words: np.ndarray, size
         _ASCII_BREAKS,
         _OTHER_BREAKS,
         _SPREAD,
+        _WORD_BYTES,
     )
     return [None if skip else value for value, skip in zip(found.tolist(), unsure.tolist(), strict=True)]

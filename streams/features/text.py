@@ -18,7 +18,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -91,6 +91,10 @@ _MAP_FROM = np.array(sorted(ord(k) for k in _CANONICAL_FORMS), dtype=np.int64)
 _MAP_TO = np.array([ord(_CANONICAL_FORMS[chr(c)]) if _CANONICAL_FORMS[chr(c)] else -1 for c in _MAP_FROM], np.int64)
 _NUKTA = 0x09BC
 _ZWNJ, _ZWJ = 0x200C, 0x200D
+_ASCII_TABLE = np.array(
+    [(0x80 | 0x20) if c in WHITESPACE else 0x27 if c == 0x60 else c for c in range(128)], dtype=np.uint8
+)
+"""For `_normalize_ascii`: what each ASCII byte is written as, with the high bit set on whitespace."""
 
 
 @njit(cache=True)
@@ -145,10 +149,17 @@ def _normalize_part(
                 pos += 1
             pending_space = False
             after_drop = False
-            prev_at = pos
-            prev = b
             out[pos] = b
             pos += 1
+            while i < end:  # the rest of an ASCII word: copied as it is
+                b = np.int64(src[i])
+                if b < 0x21 or b > 0x7E or b == 0x60:
+                    break
+                out[pos] = b
+                pos += 1
+                i += 1
+            prev_at = pos - 1
+            prev = np.int64(out[prev_at])
             continue
         cp, width = decode(src, i)
         i += width
@@ -210,21 +221,53 @@ def _normalize_part(
 
 
 @njit(cache=True)
+def _normalize_ascii(src: np.ndarray, start: int, end: int, out: np.ndarray, pos: int, table: np.ndarray) -> int:
+    """`_normalize_part` of an ASCII part, without a branch per byte: there the only rules are the
+    backtick and whitespace. `table` maps a byte to what is written (whitespace to a space) and
+    says in its high bit whether it is whitespace; a space after whitespace, or first, is written
+    and then written over."""
+    first = pos
+    after_space = 1  # leading whitespace is dropped
+    for i in range(start, end):
+        entry = table[src[i]]
+        space = np.int64(entry >> 7)
+        out[pos] = entry & 0x7F
+        pos += 1 - (space & after_space)
+        after_space = space
+    if after_space and pos > first:  # trailing whitespace
+        pos -= 1
+    return pos
+
+
+@njit(cache=True)
 def _normalize_docs(
-    src: np.ndarray, parts: np.ndarray, spaces: np.ndarray, mf: np.ndarray, mt: np.ndarray
+    src: np.ndarray,
+    parts: np.ndarray,
+    ascii_parts: np.ndarray,
+    spaces: np.ndarray,
+    mf: np.ndarray,
+    mt: np.ndarray,
+    ascii_table: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Every document's text (headline, newline, body; `document_text`) as UTF-8, and its span."""
+    """Every document's text (headline, newline, body; `document_text`) as UTF-8, and its span;
+    parts known to be ASCII (`ascii_parts`, per headline and body) take the short path."""
     n = parts.shape[0]
     out = np.empty(len(src) + n, dtype=np.uint8)  # nothing grows but the newline
     spans = np.empty((n, 2), dtype=np.int64)
     pos = 0
     for d in range(n):
         spans[d, 0] = pos
-        head = _normalize_part(src, parts[d, 0], parts[d, 1], out, pos, spaces, mf, mt)
+        if ascii_parts[d, 0]:
+            head = _normalize_ascii(src, parts[d, 0], parts[d, 1], out, pos, ascii_table)
+        else:
+            head = _normalize_part(src, parts[d, 0], parts[d, 1], out, pos, spaces, mf, mt)
         if head > pos:
             out[head] = 0x0A
             head += 1
-        pos = _normalize_part(src, parts[d, 2], parts[d, 3], out, head, spaces, mf, mt)
+        if ascii_parts[d, 1]:
+            pos = _normalize_ascii(src, parts[d, 2], parts[d, 3], out, head, ascii_table)
+        else:
+            pos = _normalize_part(src, parts[d, 2], parts[d, 3], out, head, spaces, mf, mt)
         spans[d, 1] = pos
     return out[:pos], spans
 
@@ -333,18 +376,26 @@ class NormalizedTexts:
     spans: np.ndarray
     failed: frozenset[int]
     """Documents whose text is not UTF-8 (a lone surrogate): left to the one-document path."""
+    bounds: list[list[int]] = field(init=False, repr=False, compare=False)
+    """`spans` as Python ints, and a view of the buffer made once: reading a document's text or
+    hash then costs no NumPy scalar and no memoryview of its own."""
+    view: memoryview = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounds", self.spans.tolist())
+        object.__setattr__(self, "view", memoryview(self.buffer))
 
     def __len__(self) -> int:
         return len(self.spans)
 
     def text(self, index: int) -> str:
-        start, end = self.spans[index]
-        return str(memoryview(self.buffer)[start:end], "utf-8")
+        start, end = self.bounds[index]
+        return str(self.view[start:end], "utf-8")
 
     def content_hash(self, index: int) -> str:
         """`content_hash` of the document's text, read from the buffer without encoding it again."""
-        start, end = self.spans[index]
-        return hashlib.sha256(memoryview(self.buffer)[start:end]).hexdigest()
+        start, end = self.bounds[index]
+        return hashlib.sha256(self.view[start:end]).hexdigest()
 
 
 def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
@@ -352,6 +403,7 @@ def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
     chunks: list[bytes] = []
     failed: set[int] = set()
     wider: list[int] = []  # chunks that are not ASCII
+    ascii_parts = np.ones(2 * len(pairs), dtype=np.bool_)
     for index, (title, body) in enumerate(pairs):
         for part in (title or "", body):
             try:
@@ -361,6 +413,7 @@ def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
                 chunks.append(b"")
             if not part.isascii():
                 wider.append(len(chunks) - 1)
+    ascii_parts[wider] = False
     if wider:  # NFKC, where it would change something
         checked = [chunks[k] for k in wider]
         unchanged = _nfkc_unchanged(
@@ -376,7 +429,9 @@ def document_texts(pairs: Sequence[tuple[str | None, str]]) -> NormalizedTexts:
                 chunks[k] = _pre_nfkc(body if k % 2 else title or "").encode("utf-8")
     src = np.frombuffer(b"".join(chunks), dtype=np.uint8)
     parts = _spans([len(chunk) for chunk in chunks]).reshape(len(pairs), 4)
-    buffer, spans = _normalize_docs(src, parts, _WHITESPACE_TABLE, _MAP_FROM, _MAP_TO)
+    buffer, spans = _normalize_docs(
+        src, parts, ascii_parts.reshape(len(pairs), 2), _WHITESPACE_TABLE, _MAP_FROM, _MAP_TO, _ASCII_TABLE
+    )
     return NormalizedTexts(buffer, spans, frozenset(failed))
 
 

@@ -7,6 +7,12 @@ path (docs/benchmarks.md). Here a batch's records are appended to an aiokafka `B
 topic partition, in order, and each builder is sent whole (`AIOKafkaProducer.send_batch`): the
 records still reach the same partitions (the default partitioner, murmur2 of the key, as Java
 clients and aiokafka's own `send`), in the same order per key.
+
+A send has a deadline: aiokafka resolves a batch's future only once the broker answers or the
+producer's request timeout passes (faust's default: 20 minutes), and a broker that hangs, or a
+request lost across its restart, would hold the worker that long. Past the deadline the send
+raises, and the worker sends the batch again (a record may then land twice: a verdict sent
+again is the same verdict, which readers of the topics expect from any redelivery).
 """
 
 from __future__ import annotations
@@ -35,9 +41,21 @@ class Record(Protocol):
 R = TypeVar("R", bound=Record)
 
 
-async def send_batched(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int) -> list[R]:
+class DeliveryTimeout(RuntimeError):
+    """The broker did not acknowledge every record of a send within its deadline."""
+
+
+async def send_batched(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int, timeout_s: float) -> list[R]:
     """Send every record and wait until the broker has acknowledged each; the records refused
-    as too large (above `max_bytes`, or by the broker) come back. Any other failure raises."""
+    as too large (above `max_bytes`, or by the broker) come back. `DeliveryTimeout` when that
+    takes more than `timeout_s`; any other failure raises too."""
+    try:
+        return await asyncio.wait_for(_send(producer, records, max_bytes), timeout_s)
+    except TimeoutError:
+        raise DeliveryTimeout(f"{len(records)} records not acknowledged within {timeout_s:g} s") from None
+
+
+async def _send(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int) -> list[R]:
     refused: list[R] = []
     groups: dict[tuple[str, int], list[R]] = {}
     partitions: dict[str, list[int]] = {}
@@ -63,7 +81,7 @@ async def send_batched(producer: AIOKafkaProducer, records: Sequence[R], max_byt
         elif isinstance(result, BaseException):
             raise result
     for record in again:
-        refused.extend(await send_batched(producer, [record], max_bytes))
+        refused.extend(await _send(producer, [record], max_bytes))
     return refused
 
 

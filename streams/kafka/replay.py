@@ -51,7 +51,7 @@ from streams.kafka.journal import read_to_end
 from streams.records.output import read_link_record
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
-from streams.stores.redis_store import RedisStateStore
+from streams.stores.redis_store import BUCKET_BITS, RedisStateStore
 
 BATCH = 2_000
 """Links restored per transaction: round trips amortised, the lease held well under a second."""
@@ -280,8 +280,9 @@ class Restorer:
         vectors: VectorStore | None,
         retention: RetentionSettings,
         lock_ttl_s: float,
+        bucket_bits: int = BUCKET_BITS,
     ) -> None:
-        self.state = RedisStateStore(client, prefix, retention=retention)
+        self.state = RedisStateStore(client, prefix, bucket_bits, retention)
         self._batched = ReplayState(self.state)
         self._client = client
         self._vectors = vectors
@@ -350,7 +351,9 @@ def replay_links(
     RuntimeError in one line when Redis or the broker cannot be reached.
     """
     prefix = settings.redis_prefix if prefix is None else prefix
-    restorer = Restorer(client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s)
+    restorer = Restorer(
+        client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s, settings.redis_bucket_bits
+    )
     try:
         resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
     except redis.RedisError as exc:

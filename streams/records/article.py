@@ -20,7 +20,7 @@ import orjson
 from streams.config import Settings
 from streams.core.model import Document
 from streams.features.extract import ExtractionError, extract_article
-from streams.features.language import detect_language, normalize_language
+from streams.features.language import RememberedLanguages, detect_language, normalize_language
 from streams.features.simhash import char_simhash, simhash_batch, word_simhash
 from streams.features.text import content_hash, document_text, document_texts
 from streams.features.url import SourceRules, UrlError, normalize_url, url_hash
@@ -29,7 +29,7 @@ from streams.records.schemas import RAW_ARTICLE, SchemaError, validator
 # Unicode category Cc: C0 controls, DEL and C1 controls.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _REMEMBERED_LANGUAGES = 65_536
-"""Content hashes whose detected language the batched path keeps (about 10 MB)."""
+"""Samples whose detected language the batched path keeps (keyed by 32 bytes or a content hash: about 10 MB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +69,8 @@ class Featurizer:
         self._settings = settings
         self._rules = rules if rules is not None else _load_rules(settings)
         self._validate = validator(RAW_ARTICLE)
-        self._languages: dict[str, str] = {}
-        """CLD2's answer by content hash, for the batched path (see `_detected`)."""
+        self._languages = RememberedLanguages(settings.language_sample_chars, _REMEMBERED_LANGUAGES)
+        """CLD2's answers by what it read, for the batched path (see `_detected`)."""
 
     def parse(self, raw: bytes, *, ingest_time: int) -> Document | Rejection:
         """One JSON line to a Document, or a Rejection saying what is wrong with it."""
@@ -202,16 +202,10 @@ class Featurizer:
         return done
 
     def _detected(self, text: str, c_hash: str) -> str:
-        """`detect_language` of a text, remembered by its content hash for the last
-        `_REMEMBERED_LANGUAGES` texts: re-crawls and syndicated copies carry the very same text,
-        and CLD2 is the largest cost left per document."""
-        language = self._languages.get(c_hash)
-        if language is None:
-            language = detect_language(text, self._settings.language_sample_chars)
-            self._languages[c_hash] = language
-            if len(self._languages) > _REMEMBERED_LANGUAGES:
-                del self._languages[next(iter(self._languages))]  # the oldest
-        return language
+        """`detect_language` of a text, remembered for the last `_REMEMBERED_LANGUAGES` samples:
+        re-crawls and syndicated copies begin with the very same text, and CLD2 is the largest
+        cost left per document."""
+        return self._languages.detect(text, c_hash)
 
     def _id_problem(self, doc_id: str) -> str | None:
         """Why an id cannot be a key: too long, or a control character (U+001F packs Redis fields)."""

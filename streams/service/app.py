@@ -139,6 +139,7 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         producer_linger=0.005,  # a batch's outputs leave in a few requests, not one request each
         producer_max_batch_size=512 * 1024,
         producer_max_request_size=worker.max_message_bytes,
+        producer_request_timeout=worker.delivery_timeout_s,  # also when aiokafka gives a batch up (default 20 min)
         web_enabled=True,
         web_bind=worker.web_host,
         web_host=worker.web_host,
@@ -165,7 +166,12 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
             await asyncio.to_thread(resources.ping)
         except Exception as exc:  # report, never raise, from a probe
             problems["redis"] = f"{type(exc).__name__}: {exc}"
-        body = {"status": "not ready" if problems else "ready", "problems": problems, "agents": list(map(str, agents))}
+        body = {
+            "status": "not ready" if problems else "ready",
+            "problems": problems,
+            "agents": list(map(str, agents)),
+            "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in app.assignor.assigned_actives()),
+        }
         return web.json(body, status=503 if problems else 200)
 
     @app.page("/metrics")
@@ -229,10 +235,11 @@ async def _send_all(outputs: list[Outgoing], app: faust.App, settings: Settings)
     # faust has no batch send: its aiokafka producer (started with the app) takes the record batches.
     producer = app.producer._ensure_producer()
     limit = settings.worker.max_message_bytes
-    refused = await send_batched(producer, outputs, limit)
+    deadline = settings.worker.delivery_timeout_s
+    refused = await send_batched(producer, outputs, limit, deadline)
     if refused:
         rejections = [_unsendable(out, settings) for out in refused]
-        for out in await send_batched(producer, rejections, limit):
+        for out in await send_batched(producer, rejections, limit, deadline):
             raise RuntimeError(f"a rejection for {out.key!r} was refused by the broker as too large")
 
 

@@ -71,7 +71,7 @@ class Resources:
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.redis = redis_client(settings)
-        self.state = RedisStateStore(self.redis, settings.redis_prefix, retention=settings.retention)
+        self.state = RedisStateStore(self.redis, settings.redis_prefix, settings.redis_bucket_bits, settings.retention)
         self._embedder = embedder
         self._vectors: VectorStore | None = None
         name = f"{settings.redis_prefix}lock:register"

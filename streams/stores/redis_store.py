@@ -3,8 +3,8 @@
 Redis spends about 50 bytes on every key, so nothing here has a key of its own:
 entries live as fields of hashes split into a fixed number of buckets (a small
 hash is stored as one compact listpack). Under a configurable prefix (default
-`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x` (3 hex digits
-by default) and `{t}` a hash tag of 2 hex digits (below):
+`dedup:`), with `B(x)` the first `bucket_bits` bits of a hash of `x` (4 hex digits
+by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (below):
 
 | hash | field | value |
 |---|---|---|
@@ -19,7 +19,7 @@ by default) and `{t}` a hash tag of 2 hex digits (below):
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
-| `layout` (string) | | `LAYOUT`: the key layout the state was written in |
+| `layout` (string) | | `LAYOUT`/`bucket_bits`: the key layout and bucket count the state was written in |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t` |
 
 Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
@@ -47,10 +47,12 @@ stamps included), such an index cost 130 bytes more per canonical as appended st
 sets; the stamps cost 10 (283 before them). The scripts get the clock as an argument (its key
 is in another slot), read with the batch.
 
-Layouts. A state written in another layout (before the stamps, before the hash tags) would
-be misread: the store refuses it in one line (`LayoutMismatch`: rebuild it with `dedup
-replay`). An empty state is marked with `{prefix}layout` on first use; data (a seq, vseq,
-clock, sweep or languages key) without it is an older layout.
+Layouts. A state written in another layout (before the stamps, before the hash tags) or with
+another bucket count would be misread: the store refuses it in one line (`LayoutMismatch`:
+set the bucket bits it names, or rebuild it with `dedup replay`). An empty state is marked
+with `{prefix}layout` on first use (`2/16`: layout 2, 16 bucket bits; a plain `2` was written
+before the count was a setting, with 12); data (a seq, vseq, clock, sweep or languages key)
+without it is an older layout.
 
 Every value that holds a caller's strings ends with them (after fixed-width fields,
 the first of two prefixed by its length), so no id, however strange, can break the
@@ -112,8 +114,20 @@ that slot until the next lease publishes. A lost `INCR` of a counter could give 
 twice: s: entries are set where absent, so the second canonical of a seq never overwrites
 the first (it is then no candidate itself); a verdict seq is an order only.
 
-Buckets stay small enough for the compact encoding up to about 100,000 canonicals
-(`benchmarks/redis_memory.py` measures bytes per canonical).
+Buckets stay small enough for the compact encoding (a listpack: Redis keeps a hash so while it
+has at most `hash-max-listpack-entries` fields, 512 by default, none longer than
+`hash-max-listpack-value`, 64 bytes) while the live state fits its bucket count: the exact keys,
+two a canonical, fill theirs first, so 2**`bucket_bits` buckets hold about 2**bits * 256
+canonicals live in the retention window (16 bits: 16M; 12 bits: 1M). A hash past either limit
+becomes a hash table for good, about 80 bytes more an entry: 520 bytes a canonical at 10M with 12
+bits, 252 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
+(about 70 bytes) while they hold few entries: through the cascade, 100,000 documents take 482
+bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
+a day. The s: buckets hold 256 seqs each and the b: buckets 64 band values, whatever the size;
+a band value's seqs pass 64 bytes from about 1M canonicals, and those hash tables cost about 40
+bytes a canonical. A value holds a caller's strings (doc ids, the embedding model): a verdict
+naming a model or a long id passes 64 bytes, so the compose file's Redis runs with
+`hash-max-listpack-value` 256 (README, "Memory").
 """
 
 from __future__ import annotations
@@ -131,7 +145,7 @@ from redis.cluster import RedisCluster
 from redis.commands.policies import StaticPolicyResolver
 from redis.crc import key_slot
 
-from streams.config import RetentionSettings
+from streams.config import RetentionSettings, Settings
 from streams.core.model import (
     CONTENT_KEY_CHARS,
     DAY_S,
@@ -482,6 +496,8 @@ class Swept:
 
 
 _RETENTION = RetentionSettings()
+BUCKET_BITS: int = Settings.model_fields["redis_bucket_bits"].default
+"""The buckets per hashed family, 2**bits, unless told (`Settings.redis_bucket_bits`)."""
 
 Client = redis.Redis | RedisCluster
 Call = Callable[..., Any]
@@ -530,12 +546,17 @@ class RedisStateStore:
         self,
         client: Client,
         prefix: str = "dedup:",
-        bucket_bits: int = 12,
+        bucket_bits: int = BUCKET_BITS,
         retention: RetentionSettings = _RETENTION,
     ) -> None:
+        if bucket_bits % 4 or not 4 <= bucket_bits <= 24:
+            raise ValueError(f"bucket_bits is {bucket_bits}: a multiple of 4 from 4 to 24 (whole hex digits)")
         self._redis = client
         self._prefix = prefix
-        self._bucket_hex = max(1, bucket_bits // 4)
+        self._bucket_bits = bucket_bits
+        self._bucket_hex = bucket_bits // 4
+        self.layout = f"{LAYOUT}/{bucket_bits}"
+        """The `{prefix}layout` marker: the key layout, then the bucket bits it was written with."""
         self._clock = f"{prefix}clock"
         self._cursor = f"{prefix}sweep"
         self._seq = f"{prefix}seq"
@@ -564,9 +585,10 @@ class RedisStateStore:
         prefix: str = "dedup:",
         password: str | None = None,
         retention: RetentionSettings = _RETENTION,
+        bucket_bits: int = BUCKET_BITS,
     ) -> RedisStateStore:
         """A store on `url` (see `connect`); the password may also be in the URL."""
-        return cls(connect(url, password), prefix, retention=retention)
+        return cls(connect(url, password), prefix, bucket_bits, retention)
 
     def close(self) -> None:
         self._redis.close()
@@ -585,8 +607,8 @@ class RedisStateStore:
         return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
 
     def _exact(self, key: str) -> tuple[str, str]:
-        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 12
-        bucket bits, two of a billion keys share all 92 with odds of about 1e-10); a field 16 bits
+        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 16
+        bucket bits, two of a billion keys share all 96 with odds of about 1e-11); a field 16 bits
         shorter than before pays for the value's stamp."""
         digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
         return self._hashed("x", digest), digest[self._bucket_hex : self._bucket_hex + 20]
@@ -638,14 +660,22 @@ class RedisStateStore:
                 f"streams-dedup (no {layout_key} key): delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        if layout is not None and layout != LAYOUT:
+        written = f"{LAYOUT}/12" if layout == LAYOUT else layout  # marked before the bucket count was
+        kind, _, bits = (written or "").partition("/")
+        if layout is not None and kind != LAYOUT:
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
                 f"layout {LAYOUT}: delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        if layout is None:
-            self._redis.set(layout_key, LAYOUT, nx=True)
+        if layout is not None and written != self.layout:
+            raise LayoutMismatch(
+                f"the Redis state under prefix {self._prefix!r} was written with bucket_bits {bits}, this store "
+                f"has {self._bucket_bits}: set DEDUP_REDIS_BUCKET_BITS={bits}, or rebuild it with `dedup replay` "
+                "under another DEDUP_REDIS_PREFIX"
+            )
+        if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
+            return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
 
     def fence(self, lease: Lease) -> int:

@@ -126,6 +126,8 @@ class SqliteStateStore:
         """Exact keys claimed or re-pointed since the last commit: holder and stamp."""
         self._known: dict[str, tuple[str, int | None] | None] = {}
         """Exact keys read since the last commit (None: absent), so a claim after a lookup costs no read."""
+        self._packed: dict[str, bytes] = {}
+        """`_packed` of the keys read since the last commit: `commit` writes them without hashing them again."""
         self._canonicals: list[tuple[Canonical, Sequence[int]]] = []
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
         self._groups: dict[str, tuple[int, int | None]] = {}
@@ -152,10 +154,14 @@ class SqliteStateStore:
                 for v in self._verdicts.values()
             ],
         )
+        packed = self._packed
         db.executemany(
             "INSERT INTO exact_keys VALUES (?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET canonical_id = excluded.canonical_id, stamp = excluded.stamp",
-            [(_packed(key), canonical_id, stamp) for key, (canonical_id, stamp) in self._exact.items()],
+            [
+                (packed.get(key) or _packed(key), canonical_id, stamp)
+                for key, (canonical_id, stamp) in self._exact.items()
+            ],
         )
         # Removals first: a canonical removed and registered again since the last commit gets its new row.
         db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
@@ -187,6 +193,7 @@ class SqliteStateStore:
         self._verdicts.clear()
         self._exact.clear()
         self._known.clear()
+        self._packed.clear()
         self._canonicals.clear()
         self._bands.clear()
         self._groups.clear()
@@ -311,7 +318,9 @@ class SqliteStateStore:
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         rest = [key for key in keys if key not in self._exact and key not in self._known]
         if rest:
-            packed = {_packed(key): key for key in rest}
+            own = [(key, _packed(key)) for key in rest]
+            self._packed.update(own)
+            packed = {digest: key for key, digest in own}
             marks, values = _bound(list(packed))
             rows = self._db.execute(f"SELECT key, canonical_id, stamp FROM exact_keys WHERE key IN ({marks})", values)
             self._known.update(dict.fromkeys(rest))
