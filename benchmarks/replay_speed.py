@@ -305,8 +305,11 @@ def main() -> None:
                     flush=True,
                 )
         if args.compare is not None:
-            same = keys(client, f"streaming{args.links}:") == keys(client, f"compare{args.links}:")
-            print(f"same keys and values as the compared checkout: {same}")
+            streamed, compared = keys(client, f"streaming{args.links}:"), keys(client, f"compare{args.links}:")
+            print(f"same keys and values as the compared checkout: {streamed == compared}")
+            for name in sorted(streamed.keys() | compared.keys()):
+                if streamed.get(name) != compared.get(name):
+                    print(f"  {name}: {str(streamed.get(name))[:300]} != {str(compared.get(name))[:300]}")
         if args.baseline_max and args.links <= args.baseline_max:
             streamed, baseline = keys(client, f"streaming{args.links}:"), keys(client, f"baseline{args.links}:")
             print(f"same keys and values as the baseline: {streamed == baseline}")
