@@ -14,6 +14,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
 | `b:{t}{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
 | `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
+| (the same) | `\x00` + 16 hex digits | while a batch is written: a member's growth of a group ("Writes") |
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
@@ -72,19 +73,28 @@ per write made redis-py's per-command work most of `dedup replay`'s client time)
 3. exact keys (first writer wins; the same holder claiming again changes nothing) and the
    c: entry of each new canonical (compare-and-set on the seq read in 2);
 4. its s: entry (set where absent) and its band entries (the seq added where not there); a
-   removed canonical's band and s: entries go here;
+   removed canonical's band and s: entries go here; and each member's growth of its group,
+   with a marker field in the group's bucket (in the same script: a growth is counted once
+   however often the batch is applied again);
 5. verdicts, last: first writer wins, atomic per document (one field in one slot); a removed
    canonical's c: entry goes here, so a redelivered removal still finds its seq;
-6. group sizes, only for a verdict recorded in 5.
+6. group sizes: the markers of 4 taken out, or for a verdict not recorded in 5 the growth
+   undone with its marker; shrinks (a relink) here.
 
 A crash after 3 leaves a c: entry whose s: entry is missing: the redelivery finds it dead
 and registers the canonical under a new seq (a seq left in a band entry without an s: entry
 is no candidate). A crash after 4 leaves a live registration: registered again, its band
 entries are written where missing. Claims name the document itself, so its redelivery finds
 them its own; meanwhile another document may be linked to that document, which the
-redelivery then decides the same way (it holds the keys). A crash between 5 and 6 leaves a
-group one member short (the one cost of no cross-slot transaction; it grows again with the
-next member). An unfenced writer racing a verdict in 5 loses the document (`Applied.lost`).
+redelivery then decides the same way (it holds the keys). A crash after 4 leaves a group
+grown for a member not yet recorded: the redelivery decides it again, finds its marker and
+grows nothing more. A crash between 5 and 6 leaves groups counted and their markers: the
+redelivery finds the verdicts standing and takes the markers out (`_settle`); a group is
+never left short, which would let a relink link its canonical back (a chain). A member
+decided differently on redelivery (rare: its canonical was relinked meanwhile) leaves the
+first group one too many and its marker, swept with the group family (`exact_days`): too
+many refuses a relink it could have made, never makes a chain. An unfenced writer racing a
+verdict in 5 loses the document (`Applied.lost`), and its growth is undone in 6.
 
 Fencing. The registration lease (`redis_lock`) carries an epoch, drawn by `INCR` once the
 lock is ours, so every later holder has a greater one. `RedisLock(fence=store.fence)`
@@ -301,6 +311,11 @@ return removed
 # 'n' a group size (g bucket): doc_id, members to add (negative: fewer), the day of the latest member (0 for
 #     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
 #     canonical alone loses its field. The members besides the canonical.
+# 'm' a batch's growth of a group, once (g bucket): its marker field, doc_id, members to add, day. The marker
+#     (set with the growth, in the same script) makes the growth happen once however often the batch is
+#     applied again; the group's members. 'M' the marker removed once the member's verdict is recorded: marker.
+#     'x' the growth undone, its verdict not recorded (another writer decided the member): marker, doc_id,
+#     members; only where the marker was still there.
 _BULK = """
 local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
 if epoch > 0 then
@@ -320,6 +335,19 @@ local function expired(day, keep)
 end
 local function stamp(value) return tonumber(string.sub(value, 1, 4), 16) end
 local keep_verdicts, keep_exact = ARGV[4], ARGV[5]
+local function grow(key, field, added, day)
+  local value = tonumber(redis.call('HGET', key, field) or '0')
+  local members, since = math.floor(value / 65536), value % 65536
+  if value > 0 and expired(since, keep_exact) then members, since = 0, 0 end
+  if added == 0 then return members end
+  members = members + added
+  if members <= 0 then
+    redis.call('HDEL', key, field)
+    return 0
+  end
+  redis.call('HSET', key, field, members * 65536 + math.max(since, day))
+  return members
+end
 local out = {}
 local a = 6
 while a <= #ARGV do
@@ -401,17 +429,23 @@ while a <= #ARGV do
       answer = tonumber(ARGV[b + 5])
     end
   elseif code == 'n' then
-    local value = tonumber(redis.call('HGET', key, ARGV[a + 2]) or '0')
-    local members, day = math.floor(value / 65536), value % 65536
-    if value > 0 and expired(day, keep_exact) then members, day = 0, 0 end
-    members = members + tonumber(ARGV[a + 3])
-    if members <= 0 then
-      redis.call('HDEL', key, ARGV[a + 2])
-      answer = 0
+    answer = grow(key, ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
+    a = a + 5
+  elseif code == 'm' then
+    local added, day = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    if redis.call('HSETNX', key, ARGV[a + 2], added * 65536 + day) == 1 then
+      answer = grow(key, ARGV[a + 3], added, day)
     else
-      day = math.max(day, tonumber(ARGV[a + 4]))
-      redis.call('HSET', key, ARGV[a + 2], members * 65536 + day)
-      answer = members
+      answer = grow(key, ARGV[a + 3], 0, 0)
+    end
+    a = a + 6
+  elseif code == 'M' then
+    answer = redis.call('HDEL', key, ARGV[a + 2])
+    a = a + 3
+  elseif code == 'x' then
+    answer = 0
+    if redis.call('HDEL', key, ARGV[a + 2]) == 1 then
+      answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), 0)
     end
     a = a + 5
   else
@@ -888,6 +922,7 @@ class RedisStateStore:
                 raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
         applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
         skipped = set(applied.lost)
+        self._settle(groups, decided, fence.epoch, int(clock or 0))
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
@@ -919,6 +954,29 @@ class RedisStateStore:
                 elif isinstance(write, VerdictWrite):  # decided meanwhile by a writer without the lease
                     applied.lost.append(write.link.doc_id)
         return applied
+
+    def _settle(
+        self, groups: Sequence[tuple[str | None, list[Write]]], decided: dict[str, Link | None], epoch: int, clock: int
+    ) -> None:
+        """Take out the group markers of documents whose verdict, the one planned, stands already: the batch
+        applied before and stopped between its verdicts and its group sizes (round 6 of `_write`), so its
+        growth is counted and its marker left over."""
+        bulk = _Bulk(self)
+        for doc_id, group in groups:
+            link = decided.get(doc_id) if doc_id is not None else None
+            if link is None or doc_id is None or link.canonical_id != group[-1].link.canonical_id:  # type: ignore[union-attr]
+                continue
+            for write in group:
+                if isinstance(write, GrowWrite) and write.count > 0:
+                    bulk.add(self._bucket("g", write.canonical_id), "M", (_marker(write.canonical_id, doc_id),))
+        calls = bulk.calls(epoch, clock)
+        if calls:
+            try:
+                self._sink(calls)
+            except redis.ResponseError as exc:
+                if str(exc).startswith("FENCED"):
+                    raise LeaseLost("the lease was taken by a newer holder while the batch was written") from None
+                raise
 
     def _write(
         self,
@@ -1047,6 +1105,19 @@ class RedisStateStore:
                 bulk.add(self._entries_key(held[i] // 256), "D", (seq,))
         for key, code, args in (*entries, *adding, *dropping):
             bulk.add(key, code, args)
+        # ... and the groups a batch's members grow, each once (its marker), before their verdicts: a crash
+        # between the verdicts and round 6 leaves no group short, where a relink could then link its canonical
+        # back (a chain); the growth of a verdict not recorded in 5 is undone in 6
+        marked: dict[int, str] = {}
+        for i in grows:
+            write = writes[i]
+            closer = closers[i] if closers is not None else None
+            if closer is not None and write.count > 0:  # type: ignore[union-attr]
+                canonical = write.canonical_id  # type: ignore[union-attr]
+                marked[i] = _marker(canonical, writes[closer].link.doc_id)  # type: ignore[union-attr]
+                day = _day(write.published_at, time.time())  # type: ignore[union-attr]
+                args = (marked[i], canonical, write.count, day)  # type: ignore[union-attr]
+                bulk.add(self._bucket("g", canonical), "m", args, results, i)
         sinks += bulk.calls(epoch, clock)
         if languages:
             sinks.append((partial(_hset, key=self._languages, mapping=dict.fromkeys(sorted(languages), 1)), _ignore))
@@ -1067,18 +1138,25 @@ class RedisStateStore:
                     args = (*args, _verdict_value(expected))
                     bulk.add(self._bucket("v", link.doc_id), "V", args, results, i)
         self._sink(bulk.calls(epoch, clock))
-        # 6: group sizes, once the verdict that makes a member is recorded
+        # 6: group sizes, once the verdict that makes a member is recorded: the markers of 4 taken out (the
+        # growth undone for a verdict not recorded), the other growths and the shrinks made
         bulk = _Bulk(self)
         for i in grows:
             write = writes[i]
-            if isinstance(write, GrowWrite):
-                closer = closers[i] if closers is not None else None
-                if closer is not None and not results[closer]:
+            assert isinstance(write, GrowWrite)
+            closer = closers[i] if closers is not None else None
+            bucket = self._bucket("g", write.canonical_id)
+            if i in marked:
+                if closer is not None and results[closer]:
+                    bulk.add(bucket, "M", (marked[i],))
+                else:
+                    bulk.add(bucket, "x", (marked[i], write.canonical_id, write.count))
                     results[i] = 0
-                    continue
+            elif closer is not None and not results[closer]:
+                results[i] = 0
+            else:
                 day = _day(write.published_at, time.time()) if write.count > 0 else 0
-                args = (write.canonical_id, write.count, day)
-                bulk.add(self._bucket("g", write.canonical_id), "n", args, results, i)
+                bulk.add(bucket, "n", (write.canonical_id, write.count, day), results, i)
         self._sink(bulk.calls(epoch, clock))
         return results, max(moved)
 
@@ -1397,6 +1475,14 @@ _VERDICT_OF = {code: verdict for verdict, code in _VERDICT_CODE.items()}
 _STAGE_CODE = {None: "-", Stage.URL: "u", Stage.CONTENT: "c", Stage.SIMHASH: "s", Stage.SEMANTIC: "e"}
 _STAGE_OF = {code: stage for stage, code in _STAGE_CODE.items()}
 _NO_CONTENT = "-" * CONTENT_KEY_CHARS
+
+
+def _marker(canonical_id: str, member: str) -> str:
+    """The field marking that `member` grew `canonical_id`'s group, in the group's bucket: a control character
+    first (no doc id has one), then 64 bits of a hash of both (fixed length: a long id never takes the
+    bucket out of the compact encoding)."""
+    digest = hashlib.blake2b(f"{canonical_id}\x1f{member}".encode(), digest_size=8).hexdigest()
+    return f"\x00{digest}"
 
 
 def _verdict_value(link: Link) -> str:
