@@ -250,8 +250,43 @@ def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url:
         crashed.apply(_batch(), lease)  # the redelivery
     assert _seen(crashed) == _seen(clean)
     assert _seen(clean)[3] == {"a": 2, "c": 1}
-    groups = [key for key in client.scan_iter(f"{crashed._prefix}g:*")]
-    assert groups and not [f for key in groups for f in client.hkeys(key) if f.startswith("\x00")]  # no marker left
+    assert not _markers(client, crashed._prefix)
+    client.close()
+
+
+def _markers(client: Any, prefix: str) -> list[str]:
+    groups = list(client.scan_iter(f"{prefix}g:*"))
+    assert groups
+    return [field for key in groups for field in client.hkeys(key) if field.startswith("\x00")]
+
+
+def test_a_redelivery_that_finds_its_verdicts_standing_takes_out_the_markers_a_crash_left(redis_url: str) -> None:
+    """Stopped after its verdicts, before its group sizes: the growths are counted and their markers left.
+    The batch read again (a worker's redelivery, a resumed replay) finds every verdict standing and writes
+    nothing, and the markers go, so the state is the one a batch applied once leaves, key for key."""
+    client = connect(redis_url)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    landed = store._sink
+    left = 3
+
+    def crash(sinks: list[Any]) -> None:
+        nonlocal left
+        if left == 0:
+            raise redis.ConnectionError("the worker died here")
+        left -= 1
+        landed(sinks)
+
+    store._sink = crash  # type: ignore[method-assign]
+    with RedisLock(client, f"{store._prefix}lock", ttl_s=5, fence=store.fence).held() as lease:
+        with pytest.raises(redis.ConnectionError):
+            store.apply(_batch(), lease)
+        store._sink = landed  # type: ignore[method-assign]
+        assert _markers(client, store._prefix)
+        batched = BatchedState(store)
+        batched.warm(Reads(doc_ids=["a", "b", "c"], exact_keys=[], band_queries=[]))
+        assert batched.flush(lease) == {}  # nothing decided: every document stood already
+    assert not _markers(client, store._prefix)
+    assert store.group_sizes(["a", "c"]) == {"a": 2, "c": 1}  # a and b; c alone
     client.close()
 
 

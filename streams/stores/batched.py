@@ -79,6 +79,8 @@ class BatchedState:
         self._removed: set[str] = set()
         """Canonicals a relink took out of the band sets in this batch."""
         self._writes: list[Write] = []
+        self._standing: list[tuple[str, str]] = []
+        """(canonical, member) of the batch's documents linked already when read: redeliveries."""
         self._stored_clock: int | None = None
         self._newest = 0
         """The newest stamp written in this batch: `apply` moves the clock there."""
@@ -90,6 +92,7 @@ class BatchedState:
         backend = self._backend
         self._stored_clock, verdicts = backend.verdicts_at(_unique(reads.doc_ids))
         self._verdicts.update(verdicts)
+        self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
         keys = _unique(reads.exact_keys)
         found = backend.exact_lookup(keys)
         self._exact.update({key: found.get(key) for key in keys})
@@ -110,7 +113,7 @@ class BatchedState:
         """
         writes, self._writes = self._writes, []
         try:
-            applied = self._backend.apply(writes, lease, exact)
+            applied = self._backend.apply(writes, lease, exact, self._standing)
             standing = self._backend.verdicts_of(applied.lost)
             for doc_id, seq in applied.seqs.items():
                 link = self._verdicts.get(doc_id)
@@ -127,7 +130,7 @@ class BatchedState:
         (nor reading) the verdicts that stand, a copy of each link per document."""
         writes, self._writes = self._writes, []
         try:
-            applied = self._backend.apply(writes, lease, exact)
+            applied = self._backend.apply(writes, lease, exact, self._standing)
             if writes:
                 self._sweep(lease, applied.clock)
             return applied

@@ -882,7 +882,9 @@ class RedisStateStore:
 
     # Batches
 
-    def apply(self, writes: Sequence[Write], fence: Lease, exact: bool = False) -> Applied:
+    def apply(
+        self, writes: Sequence[Write], fence: Lease, exact: bool = False, standing: Sequence[tuple[str, str]] = ()
+    ) -> Applied:
         """Carry out a batch's buffered writes, fenced by `fence`, slot by slot (see the module's "Writes").
 
         `writes` is a sequence of per-document groups, each ending with the document's
@@ -900,11 +902,14 @@ class RedisStateStore:
         `LeaseLost`: what was written before it is completed by the batch's redelivery.
 
         The clock moves to the batch's newest stamp first; a write without a `published_at` is
-        stamped with that clock.
+        stamped with that clock. `standing`: (canonical, member) of the batch's documents whose link
+        stood already when it was read (redelivered): their group markers, if a crash left any, go.
         """
         self._ensure_layout()
         groups = _by_document(writes)
         if not groups:
+            if standing:
+                self._settle(standing, fence.epoch, 0)
             return Applied()
         applied = Applied()
         closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
@@ -922,7 +927,9 @@ class RedisStateStore:
                 raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
         applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
         skipped = set(applied.lost)
-        self._settle(groups, decided, fence.epoch, int(clock or 0))
+        settled = [*standing, *_settled(groups, decided)]
+        if settled:
+            self._settle(settled, fence.epoch, int(clock or 0))
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
@@ -955,28 +962,19 @@ class RedisStateStore:
                     applied.lost.append(write.link.doc_id)
         return applied
 
-    def _settle(
-        self, groups: Sequence[tuple[str | None, list[Write]]], decided: dict[str, Link | None], epoch: int, clock: int
-    ) -> None:
-        """Take out the group markers of documents whose verdict, the one planned, stands already: the batch
-        applied before and stopped between its verdicts and its group sizes (round 6 of `_write`), so its
-        growth is counted and its marker left over."""
+    def _settle(self, members: Sequence[tuple[str, str]], epoch: int, clock: int) -> None:
+        """Take out the group markers of (canonical, member) pairs whose member's link stands: a batch that
+        stopped between its verdicts and its group sizes (round 6 of `_write`) counted the growth and left
+        the marker. A marker that is not there costs an HDEL of nothing."""
         bulk = _Bulk(self)
-        for doc_id, group in groups:
-            link = decided.get(doc_id) if doc_id is not None else None
-            if link is None or doc_id is None or link.canonical_id != group[-1].link.canonical_id:  # type: ignore[union-attr]
-                continue
-            for write in group:
-                if isinstance(write, GrowWrite) and write.count > 0:
-                    bulk.add(self._bucket("g", write.canonical_id), "M", (_marker(write.canonical_id, doc_id),))
-        calls = bulk.calls(epoch, clock)
-        if calls:
-            try:
-                self._sink(calls)
-            except redis.ResponseError as exc:
-                if str(exc).startswith("FENCED"):
-                    raise LeaseLost("the lease was taken by a newer holder while the batch was written") from None
-                raise
+        for canonical_id, member in members:
+            bulk.add(self._bucket("g", canonical_id), "M", (_marker(canonical_id, member),))
+        try:
+            self._sink(bulk.calls(epoch, clock))
+        except redis.ResponseError as exc:
+            if str(exc).startswith("FENCED"):
+                raise LeaseLost("the lease was taken by a newer holder while the batch was written") from None
+            raise
 
     def _write(
         self,
@@ -1475,6 +1473,19 @@ _VERDICT_OF = {code: verdict for verdict, code in _VERDICT_CODE.items()}
 _STAGE_CODE = {None: "-", Stage.URL: "u", Stage.CONTENT: "c", Stage.SIMHASH: "s", Stage.SEMANTIC: "e"}
 _STAGE_OF = {code: stage for stage, code in _STAGE_CODE.items()}
 _NO_CONTENT = "-" * CONTENT_KEY_CHARS
+
+
+def _settled(
+    groups: Sequence[tuple[str | None, list[Write]]], decided: dict[str, Link | None]
+) -> list[tuple[str, str]]:
+    """(canonical, member) of the batch's documents whose planned link stands already and grows a group."""
+    pairs = []
+    for doc_id, group in groups:
+        link = decided.get(doc_id) if doc_id is not None else None
+        if link is None or doc_id is None or link.canonical_id != group[-1].link.canonical_id:  # type: ignore[union-attr]
+            continue
+        pairs += [(w.canonical_id, doc_id) for w in group if isinstance(w, GrowWrite) and w.count > 0]
+    return pairs
 
 
 def _marker(canonical_id: str, member: str) -> str:
