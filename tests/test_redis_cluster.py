@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,22 @@ def _seen(store: RedisStateStore) -> tuple[object, ...]:
     return verdicts, store.exact_lookup(["u:a", "c:a", "u:c"]), bands, store.group_sizes(["a", "c"])
 
 
+def _crash_after(store: RedisStateStore, rounds: int) -> Callable[[list[Any]], None]:
+    """Make `store`'s writes die after `rounds` write rounds landed; returns the real round runner."""
+    landed = store._sink
+    left = rounds
+
+    def crash(sinks: list[Any]) -> None:
+        nonlocal left
+        if left == 0:
+            raise redis.ConnectionError("the worker died here")
+        left -= 1
+        landed(sinks)
+
+    store._sink = crash  # type: ignore[method-assign]
+    return landed
+
+
 @pytest.mark.parametrize("rounds", [0, 1, 2, 3])
 def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url: str, rounds: int) -> None:
     """A crash after `rounds` write rounds landed (exact keys and c: entries; then s: and band entries; then
@@ -230,17 +246,7 @@ def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url:
     with RedisLock(client, f"{clean._prefix}lock", ttl_s=5, fence=clean.fence).held() as lease:
         clean.apply(_batch(), lease)
     crashed = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
-    landed = crashed._sink
-    left = rounds
-
-    def crash(sinks: list[Any]) -> None:
-        nonlocal left
-        if left == 0:
-            raise redis.ConnectionError("the worker died here")
-        left -= 1
-        landed(sinks)
-
-    crashed._sink = crash  # type: ignore[method-assign]
+    landed = _crash_after(crashed, rounds)
     with RedisLock(client, f"{crashed._prefix}lock", ttl_s=5, fence=crashed.fence).held() as lease:
         with pytest.raises(redis.ConnectionError):
             crashed.apply(_batch(), lease)
@@ -266,17 +272,7 @@ def test_a_redelivery_that_finds_its_verdicts_standing_takes_out_the_markers_a_c
     nothing, and the markers go, so the state is the one a batch applied once leaves, key for key."""
     client = connect(redis_url)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
-    landed = store._sink
-    left = 3
-
-    def crash(sinks: list[Any]) -> None:
-        nonlocal left
-        if left == 0:
-            raise redis.ConnectionError("the worker died here")
-        left -= 1
-        landed(sinks)
-
-    store._sink = crash  # type: ignore[method-assign]
+    landed = _crash_after(store, 3)
     with RedisLock(client, f"{store._prefix}lock", ttl_s=5, fence=store.fence).held() as lease:
         with pytest.raises(redis.ConnectionError):
             store.apply(_batch(), lease)

@@ -316,7 +316,8 @@ return removed
 #     applied again; the group's members. 'M' the marker removed once the member's verdict is recorded: marker.
 #     'x' the growth undone, its verdict not recorded (another writer decided the member): marker, doc_id,
 #     members; only where the marker was still there.
-_BULK = """
+_BULK = (
+    """
 local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
 if epoch > 0 then
   local seen = {}
@@ -328,12 +329,9 @@ if epoch > 0 then
     if seen[f] < epoch then redis.call('SET', KEYS[f], epoch) end
   end
 end
-local clock = tonumber(ARGV[2])
-local function expired(day, keep)
-  keep = tonumber(keep)
-  return keep > 0 and day * 86400 + 86399 < clock - keep
-end
-local function stamp(value) return tonumber(string.sub(value, 1, 4), 16) end
+"""
+    + _AGE
+    + """
 local keep_verdicts, keep_exact = ARGV[4], ARGV[5]
 local function grow(key, field, added, day)
   local value = tonumber(redis.call('HGET', key, field) or '0')
@@ -455,6 +453,7 @@ while a <= #ARGV do
 end
 return out
 """
+)
 # The sweep, one slot's hashes of one family: KEYS: fence, the hashes; ARGV: epoch, clock, retention, where
 # the stamp is ('v'alue prefix or 'g'roup integer), the most fields to remove, the most fields to read.
 # Removes expired fields hash by hash and stops at the hash where either runs out. Returns how many it
