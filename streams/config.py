@@ -229,6 +229,11 @@ class RetentionSettings(Section):
         7.0, ge=0, description="Verdicts kept for redelivery: as long as the input topic keeps its records."
     )
 
+    @property
+    def vectors_s(self) -> int:
+        """`vectors_hours` in whole seconds (0: forever), as the cascade and the vector sweeps compare it."""
+        return int(self.vectors_hours * 3600)
+
 
 class ReportSettings(Section):
     """`dedup report`: the drift period and the jump that raises an alarm."""

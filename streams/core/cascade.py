@@ -153,7 +153,7 @@ class Cascade:
             self._window_s = int(settings.semantic.window_hours * 3600)
         self._fact_check = settings.semantic.fact_check
         retention = settings.retention
-        self._vectors_s = int(retention.vectors_hours * 3600)
+        self._vectors_s = retention.vectors_s
         self._verdicts_s = keep_seconds(retention.verdicts_days)
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""

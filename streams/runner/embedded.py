@@ -227,10 +227,10 @@ def sweep(
 ) -> int:
     """Remove up to `SWEEP_LIMIT` expired state entries, and the expired vectors of `models`; how many."""
     removed = state.expire(SWEEP_LIMIT)
-    keep_s = int(retention.vectors_hours * 3600)
-    if vectors is not None and keep_s and state.clock():
+    clock = state.clock()
+    if vectors is not None and retention.vectors_s and clock:
         for model in models:
-            removed += vectors.expire(model, state.clock() - keep_s)
+            removed += vectors.expire(model, clock - retention.vectors_s)
     return removed
 
 
