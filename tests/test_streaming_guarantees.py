@@ -22,7 +22,7 @@ import orjson
 import pytest
 import redis
 
-from streams.evaluation.corpus import NtrexDocument
+from streams.evaluation.corpus import NtrexDocument, synthetic_articles
 from streams.evaluation.services import LocalKafka, LocalRedis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.kafka.replay import replay_links
@@ -169,3 +169,38 @@ def test_guarantees_hold_through_a_stall_restarts_and_hostile_input(
     assert not stats.bad and stats.documents == len(ids)
     assert redis_state(client, copy) == redis_state(client, f"{stack.name}:")
     client.close()
+
+
+def test_a_broker_that_hangs_mid_stream_delays_the_stream_and_loses_nothing(
+    broker: LocalKafka, redis_url: str, tmp_path: Path
+) -> None:
+    """The broker stops answering (SIGSTOP: its connections stay open, nothing comes back) while a worker
+    has batches in flight, for longer than the worker's delivery deadline, then answers again. The worker
+    gives those sends up at the deadline and sends the batches again, while the first sends may still land
+    once the broker answers: every document is decided, stars only, every canonical on `articles.deduped`
+    (a record landing twice carries the same verdict)."""
+    records = list(synthetic_articles(3000, seed=9))  # seconds of work: the hang comes mid-stream
+    ids = {r["id"] for r in records}
+    folder = tmp_path / "stack"
+    folder.mkdir()
+    stack = Stack(broker.bootstrap, redis_url, folder, partitions=2)
+    stack.extra_env["DEDUP_WORKER__DELIVERY_TIMEOUT_S"] = "3"
+    stack.create_topics()
+    worker = stack.start_worker()
+    stack.wait_assigned(stack.settings().topics.raw)
+    links = stack.settings().topics.links
+    try:
+        stack.produce(orjson.dumps(r) for r in records)
+        stack.read(links, until=len(records) // 10, timeout=180)
+        broker.pause()
+        time.sleep(10)  # past the deadline: sends in flight are given up and retried
+        broker.resume()
+        latest, _ = stack.final_links(ids, timeout=300)
+        canonicals = {doc_id for doc_id, link in latest.items() if link["verdict"] == "unique"}
+        deduped = _ids_on(stack, stack.settings().topics.deduped, canonicals)
+    finally:
+        stack.stop()
+    assert latest.keys() == ids
+    assert_invariants(latest)
+    assert canonicals <= deduped
+    assert "not acknowledged within 3 s" in worker.log.read_text()
