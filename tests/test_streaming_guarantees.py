@@ -26,7 +26,7 @@ from streams.evaluation.corpus import NtrexDocument, synthetic_articles
 from streams.evaluation.services import LocalKafka, LocalRedis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.kafka.replay import replay_links
-from tests.test_streaming_faults import _copies
+from tests.test_streaming_faults import _copies, _same_verdict_every_time
 
 
 @pytest.fixture
@@ -195,12 +195,13 @@ def test_a_broker_that_hangs_mid_stream_delays_the_stream_and_loses_nothing(
         broker.pause()
         time.sleep(10)  # past the deadline: sends in flight are given up and retried
         broker.resume()
-        latest, _ = stack.final_links(ids, timeout=300)
+        latest, every = stack.final_links(ids, timeout=300)
         canonicals = {doc_id for doc_id, link in latest.items() if link["verdict"] == "unique"}
         deduped = _ids_on(stack, stack.settings().topics.deduped, canonicals)
     finally:
         stack.stop()
     assert latest.keys() == ids
     assert_invariants(latest)
+    _same_verdict_every_time(every)
     assert canonicals <= deduped
     assert "not acknowledged within 3 s" in worker.log.read_text()
