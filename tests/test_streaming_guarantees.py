@@ -5,7 +5,8 @@ Two workers on four partitions at full speed, with a broker and a Redis of the t
 resumed, the broker is restarted, Redis is restarted, and an oversized article and an id
 with a control character are in the feed. After the stream drains: one verdict per
 document, stars (no self-link, no chain), one canonical per exact key, every canonical on
-`articles.deduped`, and a replay into empty stores that restores the live state exactly.
+`articles.deduped`, and a replay into empty stores that restores the live state key for key
+(sequence numbers by their order).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from streams.evaluation.corpus import NtrexDocument, synthetic_articles
 from streams.evaluation.services import LocalKafka, LocalRedis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.kafka.replay import replay_links
+from tests.test_replay_scale import _by_meaning
 from tests.test_streaming_faults import _copies, _same_verdict_every_time
 
 
@@ -167,7 +169,9 @@ def test_guarantees_hold_through_a_stall_restarts_and_hostile_input(
     copy = f"{stack.name}-replayed:"
     stats = replay_links(stack.settings(), client, None, prefix=copy)
     assert not stats.bad and stats.documents == len(ids)
-    assert redis_state(client, copy) == redis_state(client, f"{stack.name}:")
+    # Key for key, the canonicals' sequence numbers by their order: a batch fenced or stopped after drawing
+    # its numbers leaves a gap live that the replay, drawing afresh in the same order, does not (1 run in 19).
+    assert _by_meaning(redis_state(client, copy)) == _by_meaning(redis_state(client, f"{stack.name}:"))
     client.close()
 
 
