@@ -244,37 +244,6 @@ _AT_LEAST = """
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1
 """
-# The sweep's band entries (as `_BULK`'s 'B'): KEYS: fence, band buckets; ARGV: epoch, clock, then per
-# bucket a band value and a seq: takes the seq out of the value's entry (the field goes when it holds no other).
-_DROP_BANDS = (
-    _WRITE
-    + """
-for i = 2, #KEYS do
-  local value, seq = ARGV[2 * i - 1], ARGV[2 * i]
-  local current = redis.call('HGET', KEYS[i], value)
-  if current then
-    local kept = {}
-    for token in string.gmatch(current, '%S+') do
-      if token ~= seq then kept[#kept + 1] = token end
-    end
-    if #kept == 0 then
-      redis.call('HDEL', KEYS[i], value)
-    else
-      redis.call('HSET', KEYS[i], value, table.concat(kept, ' '))
-    end
-  end
-end
-return 1
-"""
-)
-# KEYS: fence, c bucket; ARGV: epoch, clock, doc_id, seq: forgets the registration if it still names seq.
-_UNREGISTER = (
-    _WRITE
-    + """
-if redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[4] then redis.call('HDEL', KEYS[2], ARGV[3]) return 1 end
-return 0
-"""
-)
 # KEYS: fence, s bucket; ARGV: epoch, clock, bands retention ('' any age), the seqs: removes their entries
 # (those still past the retention, when one is given); returns how many it removed.
 _DROP_ENTRIES = (
@@ -606,8 +575,7 @@ class RedisStateStore:
         )
         script = partial(_Lua, client)
         self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
-        self._at_least, self._drop_bands, self._unregister = script(_AT_LEAST), script(_DROP_BANDS), script(_UNREGISTER)
-        self._drop_entries = script(_DROP_ENTRIES)
+        self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
 
@@ -1161,14 +1129,6 @@ class RedisStateStore:
         """A verdict item's arguments: doc_id, stamp, the encoded verdict, its seq."""
         return (link.doc_id, stamp, _verdict_value(link), seq)
 
-    def _band_calls(self, script: _Lua, items: Sequence[tuple[str, str]], epoch: int, clock: int) -> list[Call]:
-        """One call per slot of (band bucket, "value seq") items."""
-        calls = []
-        for group in self._by_slot([key for key, _ in items]):
-            args = [token for g in group for token in items[g][1].split(" ")]
-            calls.append(self._fenced(script, [items[g][0] for g in group], args, epoch, clock))
-        return calls
-
     def _sink(self, sinks: list[tuple[Call, Callable[[Any], None]]]) -> None:
         """Run the calls in one round trip, each answer to its sink; empties `sinks`."""
         for (_, sink), answer in zip(sinks, self._run([call for call, _ in sinks]), strict=True):
@@ -1279,16 +1239,17 @@ class RedisStateStore:
             ]
         )
         gone = list(zip(flat[::2], flat[1::2], strict=True))[:limit]
-        dropping: list[tuple[str, str]] = []
-        calls: list[Call] = []
+        bulk = _Bulk(self)
+        dropping: list[tuple[str, str, tuple[Any, ...]]] = []
         for seq, entry in gone:
             doc_id, values = entry[_SIMHASH_HEX + _DAY_HEX :], bands(int(entry[:_SIMHASH_HEX], 16))
             for language in sorted(languages):
-                dropping += [
-                    (key, f"{v} {seq}") for key, v in zip(self._band_keys(language, values), values, strict=True)
-                ]
-            calls.append(self._fenced(self._unregister, [self._bucket("c", doc_id)], [doc_id, seq], epoch, clock))
-        self._run([*calls, *self._band_calls(self._drop_bands, dropping, epoch, clock)])
+                keys = self._band_keys(language, values)
+                dropping += [(key, "B", (v, seq)) for key, v in zip(keys, values, strict=True)]
+            bulk.add(self._bucket("c", doc_id), "u", (doc_id, seq))
+        for key, code, args in dropping:
+            bulk.add(key, code, args)
+        self._sink(bulk.calls(epoch, clock))
         after = at if len(flat) // 2 > limit else at + 1
         args = [self.keep.bands, *(seq for seq, _ in gone)]
         removed, _ = self._run(
