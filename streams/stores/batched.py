@@ -111,16 +111,13 @@ class BatchedState:
         first (the caller publishes that one instead of its own). Raises `LeaseLost`
         (and with `exact`, `StaleSnapshot`) when nothing was written: decide again.
         """
-        writes, self._writes = self._writes, []
         try:
-            applied = self._backend.apply(writes, lease, exact, self._standing)
+            applied = self._apply(lease, exact)
             standing = self._backend.verdicts_of(applied.lost)
             for doc_id, seq in applied.seqs.items():
                 link = self._verdicts.get(doc_id)
                 if link is not None:
                     standing[doc_id] = replace(link, seq=seq)
-            if writes:
-                self._sweep(lease, applied.clock)
             return {doc_id: link for doc_id, link in standing.items() if link is not None}
         finally:
             self.reset()
@@ -128,14 +125,19 @@ class BatchedState:
     def flush_applied(self, lease: Lease, exact: bool = False) -> Applied:
         """`flush` for a caller that publishes nothing (a replay): what `apply` did, without building
         (nor reading) the verdicts that stand, a copy of each link per document."""
-        writes, self._writes = self._writes, []
         try:
-            applied = self._backend.apply(writes, lease, exact, self._standing)
-            if writes:
-                self._sweep(lease, applied.clock)
-            return applied
+            return self._apply(lease, exact)
         finally:
             self.reset()
+
+    def _apply(self, lease: Lease, exact: bool) -> Applied:
+        """The buffered writes applied (with the markers of the documents read linked already), then the
+        sweep after a batch that wrote."""
+        writes, self._writes = self._writes, []
+        applied = self._backend.apply(writes, lease, exact, self._standing)
+        if writes:
+            self._sweep(lease, applied.clock)
+        return applied
 
     def _sweep(self, lease: Lease, clock: int) -> None:
         """After a batch that moved the clock into a new day: expired entries removed under `lease`, for
