@@ -39,11 +39,20 @@ class Worker:
     """Its static group membership id: a restart with the same id takes its partitions back at once."""
 
     def ready(self) -> bool:
+        return self._readyz()[0] == 200
+
+    def _readyz(self) -> tuple[int, dict[str, Any]]:
+        """/readyz's status and body (0 and nothing when it does not answer)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
-                return response.status == 200
+                return response.status, orjson.loads(response.read())
+        except urllib.error.HTTPError as error:  # 503: not ready, the body says why and what it holds
+            try:
+                return error.code, orjson.loads(error.read())
+            except orjson.JSONDecodeError:  # a page of the web server's own (starting, stopping)
+                return error.code, {}
         except (urllib.error.URLError, OSError):
-            return False
+            return 0, {}
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -56,14 +65,7 @@ class Worker:
 
     def partitions(self) -> list[str]:
         """The partitions this worker holds (`topic:partition`), as its /readyz reports them."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as response:
-                body = response.read()
-        except urllib.error.HTTPError as error:  # 503: not ready, the body still says what it holds
-            body = error.read()
-        except (urllib.error.URLError, OSError):
-            return []
-        return list(orjson.loads(body).get("partitions", []))
+        return list(self._readyz()[1].get("partitions", []))
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
