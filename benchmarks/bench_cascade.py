@@ -62,7 +62,8 @@ embedder took (the runner's own `embed` timer), their share of the run's wall ti
 the embedder's documents per second, and CPU over wall time.
 
 Each measurement runs in a fresh process pinned to one core, with its inputs loaded
-and prepared before the timer starts and frozen out of the garbage collector.
+and prepared before the timer starts and frozen out of the garbage collector, which
+collects as rarely as `dedup run` has it (`streams.runner.collector`) in every measurement.
 SimHash's kernel is compiled with Numba (or loaded from Numba's cache) by one
 warm-up call before any timing starts, as a long-running worker would have it.
 """
@@ -102,6 +103,7 @@ from streams.evaluation.corpus import synthetic_articles  # noqa: E402
 from streams.features.simhash import word_simhash  # noqa: E402
 from streams.features.text import document_text  # noqa: E402
 from streams.records.article import Featurizer, Rejection  # noqa: E402
+from streams.runner.collector import rare_collections  # noqa: E402
 from streams.runner.embedded import CHUNK, COMMIT_SECONDS, RunPaths, run  # noqa: E402
 from streams.stores.sqlite import SqliteStateStore  # noqa: E402
 
@@ -394,10 +396,10 @@ def measure(name: str, jsonl: Path, repeat: int) -> Result:
     docs: list[Document] = []
     if name == "decisions":
         docs = [d for chunk in parse_chunks(settings, lines) for d in chunk if not isinstance(d, Rejection)]
-    # The inputs stay in memory, which a streaming process would not do: keep them out of
-    # the garbage collector's scans so they do not tax the timing.
+    # The inputs stay in memory, which a streaming process would not do: `rare_collections`
+    # keeps them out of the garbage collector's scans so they do not tax the timing, and
+    # collects as rarely as `dedup run` does while it decides (the reference too).
     gc.collect()
-    gc.freeze()
     template = MinHash(num_perm=NUM_PERM)
     runs: dict[str, Callable[[], Result]] = {
         "reference": lambda: minhash_reference(texts, template),
@@ -408,7 +410,8 @@ def measure(name: str, jsonl: Path, repeat: int) -> Result:
         "combined": lambda: features_and_decisions(settings, lines),
         "end-to-end": lambda: end_to_end(settings, jsonl, len(lines)),
     }
-    return best_of(repeat, runs[name])
+    with rare_collections():
+        return best_of(repeat, runs[name])
 
 
 MEASUREMENTS = ("reference", "reference+parse", "constructor", "features", "decisions", "combined", "end-to-end")

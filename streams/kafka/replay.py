@@ -28,12 +28,10 @@ between the two restores that batch again, which finds every link already there.
 
 from __future__ import annotations
 
-import gc
 import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +47,7 @@ from streams.core.ports import Reads, VectorStore
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.kafka.journal import read_to_end
 from streams.records.output import read_link_record
+from streams.runner.collector import rare_collections
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
 from streams.stores.redis_store import BUCKET_BITS, RedisStateStore
@@ -365,7 +364,7 @@ def replay_links(
             stats.resumed = latest.count_through(resume_at)
         if progress is not None:
             progress.start("restoring state", stats.documents - stats.resumed)
-        with _rare_collections():
+        with rare_collections():
             for chunk in _batches(latest.ordered(resume_at), batch):
                 records = [read_link_record(record) for _, record in chunk]
                 for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
@@ -381,27 +380,6 @@ def replay_links(
     finally:
         latest.close()
     return stats
-
-
-GC_THRESHOLD = 50_000
-"""Allocations between two young collections while links are restored (Python's default: 700)."""
-
-
-@contextmanager
-def _rare_collections() -> Iterator[None]:
-    """Fewer garbage collections while links are restored: a batch allocates hundreds of thousands of short-lived
-    objects (writes, script arguments), freed by reference counting, which the default threshold (a young
-    collection every 700 allocations) makes the cycle collector walk again and again: 96 against 79 us of
-    client CPU a link with collections off (20,000 generated links restored through `Restorer`). What the
-    process held before (the settings, the clients) is frozen out of every collection. Restored on the way out."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _batches(items: Iterable[tuple[Order, dict[str, Any]]], size: int) -> Iterator[list[tuple[Order, dict[str, Any]]]]:

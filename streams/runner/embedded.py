@@ -37,6 +37,7 @@ from streams.core.model import Document, ModelId, Stage, clamped, expired, keep_
 from streams.core.ports import Embedder, VectorStore
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
+from streams.runner.collector import rare_collections
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
 from streams.stores.journal import Journal
@@ -198,6 +199,7 @@ def run(
             JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
         )
+        held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
         consistent = False
         try:
             work = _Run(settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress)
