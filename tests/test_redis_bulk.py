@@ -18,7 +18,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from streams.core.model import Link, Stage, Verdict
-from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_lock import LeaseLost, RedisLock
 from streams.stores.redis_store import RedisStateStore, connect
 from streams.stores.writes import (
     CanonicalWrite,
@@ -116,7 +116,9 @@ def _dump(client: Any, prefix: str) -> dict[str, Any]:
     return found
 
 
-def _written(url: str, one_at_a_time: bool) -> tuple[list[Any], dict[str, Any], int]:
+def _written(url: str, one_at_a_time: bool, forgotten: bool = False) -> tuple[list[Any], dict[str, Any], int]:
+    """The batch's answers and the state it leaves; `forgotten`: the servers' script caches flushed first,
+    as a restart or a promoted replica leaves them."""
     client = connect(url)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     lock = RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
@@ -125,6 +127,8 @@ def _written(url: str, one_at_a_time: bool) -> tuple[list[Any], dict[str, Any], 
         removed = store.verdict_of("c5")
         assert removed is not None
         batch = _batch(removed)
+        if forgotten:
+            client.script_flush()
         if one_at_a_time:
             results = [store._write([write], lease.epoch, T)[0][0] for write in batch]
         else:
@@ -147,6 +151,50 @@ def test_a_batch_written_in_bulk_equals_its_writes_one_at_a_time(url: str) -> No
     assert [b for b in bulk if isinstance(b, list) and len(b) == 1][:2] == [["c5"], ["c6"]]
     assert bulk_state["seq"] == "60" and bulk_state["vseq"] == "5000"
     assert sum(len(h) for name, h in bulk_state.items() if name.startswith("g:")) == 11
+
+
+def test_scripts_forgotten_by_the_server_are_loaded_again_and_run_once(url: str) -> None:
+    """A restarted server (or a replica promoted) has no scripts: the calls that found none run after
+    loading them, and only those (a plain command of the same round, the seq counters', ran already)."""
+    bulk, bulk_state, _ = _written(url, one_at_a_time=False, forgotten=True)
+    single, single_state, _ = _written(url, one_at_a_time=True)
+    assert bulk == single
+    assert bulk_state == single_state
+
+
+def test_a_round_is_one_round_trip_without_asking_for_the_scripts(redis_url: str) -> None:
+    """redis-py's pipeline asks the server whether its scripts exist (SCRIPT EXISTS, a round trip of its
+    own) before every execution; the store loads them once and calls them by digest."""
+    client = connect(redis_url)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    lock = RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
+    with lock.held() as lease:
+        store._write(_setup(), lease.epoch, T)
+        client.config_resetstat()
+        store._write(_batch(store.verdict_of("c5")), lease.epoch, T)  # type: ignore[arg-type]
+        store.verdicts_of([f"c{n}" for n in range(60)])
+    stats = client.info("commandstats")
+    client.close()
+    assert "cmdstat_script|exists" not in stats and "cmdstat_script|load" not in stats
+    assert stats["cmdstat_evalsha"]["calls"] >= 6
+
+
+def test_a_batch_refused_by_a_newer_fence_is_a_lost_lease(url: str) -> None:
+    """The scripts' FENCED refusal reaches the caller as `LeaseLost`, which `dedup replay` and `dedup relink`
+    answer by deciding again (a pipeline's error used to come out as a plain ResponseError whose message
+    redis-py had prefixed with the command, so the store never recognised it)."""
+    client = connect(url)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    lock = RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
+    with lock.held() as lease:
+        for tag in range(256):
+            client.set(f"{store._prefix}lock:fence:{{{tag:02x}}}", lease.epoch + 1)
+        with pytest.raises(LeaseLost):
+            store.apply([VerdictWrite(Link.unique("v1"))], lease)
+        with pytest.raises(LeaseLost):
+            store._settle([("c1", "d1")], lease.epoch, T)
+    assert store.verdict_of("v1") is None
+    client.close()
 
 
 def test_a_newer_lease_in_any_slot_of_a_bulk_call_refuses_the_whole_call(redis_url: str) -> None:

@@ -154,6 +154,7 @@ from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePoli
 from redis.cluster import RedisCluster
 from redis.commands.policies import StaticPolicyResolver
 from redis.crc import key_slot
+from redis.exceptions import NoScriptError
 
 from streams.config import RetentionSettings, Settings
 from streams.core.model import (
@@ -578,6 +579,16 @@ class RedisStateStore:
         self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
+        self._scripts = (  # loaded by the first call that finds them missing (`_run`)
+            self._publish,
+            self._fields,
+            self._advance,
+            self._at_least,
+            self._drop_entries,
+            self._expire_fields,
+            self._expired_canonicals,
+            self._bulk,
+        )
 
     @classmethod
     def from_url(
@@ -638,13 +649,28 @@ class RedisStateStore:
         return partial(script, keys=[self._fence_key(keys[0]), *keys], args=[epoch, clock, *args])
 
     def _run(self, calls: Sequence[Call]) -> list[Any]:
-        """One round trip: the calls pipelined (a cluster pipeline sends each node its share)."""
+        """One round trip: the calls pipelined (a cluster pipeline sends each node its share). The first
+        error raises once every call has run, as Redis's own message (redis-py would prefix it with the
+        command, hiding a FENCED); calls that found their script missing run again once it is loaded."""
         if not calls:
             return []
+        results = self._pipelined(calls)
+        forgotten = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if forgotten:  # a restarted server: those calls ran nowhere, every other one ran once
+            for script in self._scripts:
+                script.load()
+            for i, result in zip(forgotten, self._pipelined([calls[i] for i in forgotten]), strict=True):
+                results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
+    def _pipelined(self, calls: Sequence[Call]) -> list[Any]:
         with self._redis.pipeline(transaction=False) as pipe:
             for call in calls:
                 call(client=pipe)
-            return list(pipe.execute())
+            return list(pipe.execute(raise_on_error=False))
 
     def _ensure_layout(self) -> None:
         """Refuse a state of another layout; mark an empty one as this layout (once per store)."""
@@ -1262,9 +1288,11 @@ class RedisStateStore:
 
 
 class _Lua:
-    """A script called on keys of one slot: EVALSHA on one server (the pipeline loads it first), EVAL on a
-    cluster, whose pipeline refuses EVALSHA and whose nodes each keep a script cache of their own (a
-    replica promoted by a failover has not seen SCRIPT LOAD): the body travels, Redis compiles it once."""
+    """A script called on keys of one slot. On one server: EVALSHA, also in a pipeline, where redis-py
+    would ask the server whether the script exists (SCRIPT EXISTS, a round trip of its own) before every
+    execution; `RedisStateStore._run` loads it when a call finds it missing instead. On a cluster: EVAL,
+    since its pipeline refuses EVALSHA and each node keeps a script cache of its own (a replica promoted
+    by a failover has not seen SCRIPT LOAD): the body travels, Redis compiles it once."""
 
     def __init__(self, client: Client, source: str) -> None:
         self._source = source
@@ -1273,11 +1301,17 @@ class _Lua:
         self._eval = isinstance(client, RedisCluster)
 
     def __call__(self, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
-        """Run now, or queue on `client` (a pipeline)."""
-        client = self._client if client is None else client
+        """Run now (loading the script where missing), or queue on `client` (a pipeline)."""
         if self._eval:
-            return client.execute_command("EVAL", self._source, len(keys), *keys, *args)
-        return self._script(keys=keys, args=args, client=client)
+            return (client or self._client).execute_command("EVAL", self._source, len(keys), *keys, *args)
+        if client is None:
+            return self._script(keys=keys, args=args)
+        return client.evalsha(self._script.sha, len(keys), *keys, *args)
+
+    def load(self) -> None:
+        """Into the server's script cache (one server: a cluster's calls carry their body)."""
+        if not self._eval:
+            self._script.sha = self._client.script_load(self._source)
 
 
 class _Slot:
