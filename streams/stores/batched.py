@@ -87,10 +87,12 @@ class BatchedState:
 
     def warm(self, reads: Reads) -> None:
         """Load a fresh snapshot of what the batch reads: verdicts, exact keys, band candidates,
-        then the verdicts of the key holders and the group sizes of every canonical found."""
+        then the verdicts of the key holders and the group sizes of every canonical found and of the
+        batch's own documents."""
         self.reset()
         backend = self._backend
-        self._stored_clock, verdicts = backend.verdicts_at(_unique(reads.doc_ids))
+        doc_ids = _unique(reads.doc_ids)
+        self._stored_clock, verdicts = backend.verdicts_at(doc_ids)
         self._verdicts.update(verdicts)
         self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
         keys = _unique(reads.exact_keys)
@@ -100,7 +102,8 @@ class BatchedState:
         self._bands.update(zip(queries, backend.band_candidates_many(queries), strict=True))
         holders = _unique(h for h in found.values() if h not in self._verdicts)
         self._verdicts.update(backend.verdicts_of(holders))
-        canonicals = _unique([*found.values(), *(c.doc_id for cs in self._bands.values() for c in cs)])
+        # The batch's own documents too: one made a canonical here is joined by its copies later in the batch.
+        canonicals = _unique([*found.values(), *(c.doc_id for cs in self._bands.values() for c in cs), *doc_ids])
         self._groups.update(backend.group_sizes(canonicals))
 
     def flush(self, lease: Lease, exact: bool = False) -> dict[str, Link]:
