@@ -128,7 +128,8 @@ def test_a_killed_replay_run_again_resumes_and_ends_in_the_same_state(stack: Sta
 
     replay = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not client.exists(checkpoint) and replay.poll() is None and time.monotonic() < deadline:
+    # Set to "begun" before the first write, then to the last link of each batch restored.
+    while client.get(checkpoint) in (None, "begun") and replay.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     replay.send_signal(signal.SIGKILL)
     replay.wait(timeout=30)

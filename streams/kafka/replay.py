@@ -252,6 +252,10 @@ def read_links(
     return latest
 
 
+_BEGUN = "begun"
+"""The checkpoint of a replay that has restored nothing yet."""
+
+
 class ReplayState(BatchedState):
     """`BatchedState` that also warms the group sizes a batch of links grows: `warm` loads only those of
     the canonicals it finds through exact keys and bands, and a link found by SimHash or meaning names
@@ -281,7 +285,7 @@ class Restorer:
         lock_ttl_s: float,
         bucket_bits: int = BUCKET_BITS,
     ) -> None:
-        self.state = RedisStateStore(client, prefix, bucket_bits, retention)
+        self.state = RedisStateStore(client, prefix, bucket_bits, retention, restoring=True)
         self._batched = ReplayState(self.state)
         self._client = client
         self._vectors = vectors
@@ -289,12 +293,17 @@ class Restorer:
         self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False, fence=self.state.fence)
         self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, fence=self.state.fence)
         """Renewed: the sweep checks its lease inside each script, not by WATCH."""
-        self._checkpoint = f"{prefix}replay"
+        self._checkpoint = self.state.checkpoint_key
 
     def checkpoint(self) -> Order | None:
         """The order key of the last link an interrupted replay restored (None: start from the beginning)."""
         value = self._client.get(self._checkpoint)
-        return tuple(orjson.loads(value)) if value else None  # type: ignore[return-value]
+        return tuple(orjson.loads(value)) if value and value != _BEGUN else None  # type: ignore[return-value]
+
+    def begin(self) -> None:
+        """Mark the replay as under way before its first write, where no checkpoint is there yet: the
+        workers write nothing from now until `done` (the store's "Lost")."""
+        self._client.set(self._checkpoint, _BEGUN, nx=True)
 
     def done(self) -> None:
         """The replay completed: the sweep's pass for the clock's day completed, as the workers complete it
@@ -355,6 +364,7 @@ def replay_links(
     )
     try:
         resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
+        restorer.begin()
     except redis.RedisError as exc:
         raise RuntimeError(f"cannot reach Redis: {exc}") from None
     stats = KafkaReplayStats()

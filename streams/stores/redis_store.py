@@ -21,6 +21,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 | `layout` (string) | | `LAYOUT`/`bucket_bits`: the key layout and bucket count the state was written in |
+| `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t` |
 
 Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
@@ -54,6 +55,15 @@ set the bucket bits it names, or rebuild it with `dedup replay`). An empty state
 with `{prefix}layout` on first use (`2/16`: layout 2, 16 bucket bits; a plain `2` was written
 before the count was a setting, with 12); data (a seq, vseq, clock, sweep or languages key)
 without it is an older layout.
+
+Lost. A batch reads the layout marker and the replay's checkpoint in its first round trip. A marker
+this store saw and that is gone now means Redis was emptied under it (restarted without its data,
+flushed, failed over to an empty replica): written into, the state would give redelivered documents
+second verdicts, make duplicates canonicals and restart the verdict counter that replay orders by.
+The store refuses every write from then on (`StateLost`: the worker's batch is retried and /readyz
+says why) until the state is rebuilt with `dedup replay` and the process restarted. While a replay's
+checkpoint is there (running, or stopped half-way) only the replay writes: a state half restored
+lacks canonicals that later documents must link to.
 
 Every value that holds a caller's strings ends with them (after fixed-width fields,
 the first of two prefixed by its length), so no id, however strange, can break the
@@ -507,6 +517,11 @@ Call = Callable[..., Any]
 """One command for a round trip: called with `client=` a pipeline."""
 
 
+class StateLost(RuntimeError):
+    """The state this store wrote is gone, or a replay into it has not completed: deciding on it would give
+    documents second verdicts and link to canonicals not restored yet."""
+
+
 class LayoutMismatch(RuntimeError):
     """The Redis state under this prefix was written in another key layout: reading it would misread it."""
 
@@ -551,7 +566,9 @@ class RedisStateStore:
         prefix: str = "dedup:",
         bucket_bits: int = BUCKET_BITS,
         retention: RetentionSettings = _RETENTION,
+        restoring: bool = False,
     ) -> None:
+        """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there."""
         if bucket_bits % 4 or not 4 <= bucket_bits <= 24:
             raise ValueError(f"bucket_bits is {bucket_bits}: a multiple of 4 from 4 to 24 (whole hex digits)")
         self._redis = client
@@ -565,7 +582,13 @@ class RedisStateStore:
         self._seq = f"{prefix}seq"
         self._vseq = f"{prefix}vseq"
         self._languages = f"{prefix}languages"
+        self._layout = f"{prefix}layout"
         self._layout_checked = False
+        self.checkpoint_key = f"{prefix}replay"
+        """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
+        self._restoring = restoring
+        self._lost = False
+        """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
         cluster = isinstance(client, RedisCluster)
         self._slot: Callable[[str], int] = (lambda key: key_slot(key.encode())) if cluster else (lambda key: 0)
         """A key's slot; on one server every key is in one (it owns them all), so every group is one call."""
@@ -676,7 +699,7 @@ class RedisStateStore:
         """Refuse a state of another layout; mark an empty one as this layout (once per store)."""
         if self._layout_checked:
             return
-        layout_key = f"{self._prefix}layout"
+        layout_key = self._layout
         singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
         layout, *present = self._run(
             [partial(_get, key=layout_key), *(partial(_exists, key=key) for key in singletons)]
@@ -704,6 +727,21 @@ class RedisStateStore:
         if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
             return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
+
+    def _check_state(self, layout: str | None, replaying: str | None) -> None:
+        """Refuse to write into a state that is gone or half restored (`StateLost`), with what to do."""
+        if layout is None or self._lost:
+            self._lost = True  # what this process read before may be of the lost state: never again here
+            raise StateLost(
+                f"the Redis state under prefix {self._prefix!r} is gone ({self._layout} is missing): Redis was "
+                "emptied (restarted without its data, flushed, or failed over to an empty replica). Nothing is "
+                "written into it: rebuild it with `dedup replay`, then restart this process"
+            )
+        if replaying is not None and not self._restoring:
+            raise StateLost(
+                f"a `dedup replay` into prefix {self._prefix!r} has not completed ({self.checkpoint_key} is "
+                "there): its state is half restored; waiting for it (run `dedup replay` again to complete it)"
+            )
 
     def fence(self, lease: Lease) -> int:
         """Publish `lease`'s epoch to the fence key of every slot group, before its holder reads anything
@@ -910,9 +948,11 @@ class RedisStateStore:
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
         docs = [*closing, *targets]
         calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
-        held, clock, *found = self._run([partial(_get, key=fence.key), partial(_get, key=self._clock), *calls])
+        marks = [partial(_get, key=key) for key in (fence.key, self._clock, self._layout, self.checkpoint_key)]
+        held, clock, layout, replaying, *found = self._run([*marks, *calls])
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
+        self._check_state(layout, replaying)
         stored = self._verdicts(docs, gather(found), int(clock or 0))
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, expected in replacing.items():

@@ -1,0 +1,56 @@
+"""A worker whose Redis is emptied under it (restarted without its data) decides nothing more until the
+state is rebuilt with `dedup replay` and the worker restarted; then the stream goes on, as if nothing had
+happened: the documents sent meanwhile get the verdicts a worker that never lost its state gives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+import redis
+
+from streams.evaluation.corpus import synthetic_articles
+from streams.evaluation.stack import Stack, assert_invariants
+
+
+@pytest.fixture
+def stack(make_stack: Callable[[str], Stack]) -> Stack:
+    return make_stack("url,content,simhash")
+
+
+def test_a_worker_refuses_an_emptied_state_until_it_is_replayed(stack: Stack) -> None:
+    articles = list(synthetic_articles(400, seed=5))
+    first, later = articles[:250], articles[250:]
+    stack.create_topics()
+    worker = stack.start_worker()
+    stack.produce(orjson.dumps(a) for a in first)
+    before, _ = stack.final_links({a["id"] for a in first})
+
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client.delete(*client.scan_iter(f"{stack.name}:*"))  # what a restart without persistence leaves
+    stack.produce(orjson.dumps(a) for a in later)
+    deadline = time.monotonic() + 60
+    while (status := worker._readyz())[0] != 503 or "replay" not in str(status[1]):
+        assert time.monotonic() < deadline, f"the worker never said its state is gone: {status}"
+        time.sleep(0.5)
+    written = [key for key in client.scan_iter(f"{stack.name}:*") if ":lock:" not in key]
+    assert written == []  # nothing written into the emptied state (the lease and its fences aside)
+    client.close()
+
+    subprocess.run([sys.executable, "-m", "streams", "replay"], env={**os.environ, **stack.env()}, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    assert not worker.ready()  # it may have decided on what it read of the lost state: restarted, it goes on
+    worker.stop()
+    stack.start_worker(instance=worker.instance)
+    latest, _ = stack.final_links({a["id"] for a in articles})
+    assert_invariants(latest)
+    assert all(latest[doc_id] == link for doc_id, link in before.items())
+    canonicals = {link["canonical_id"] for link in latest.values()}
+    assert any(latest[a["id"]]["canonical_id"] in {a["id"] for a in first} and latest[a["id"]]["canonical_id"]
+               != a["id"] for a in later)  # fmt: skip  # later copies found canonicals restored by the replay
+    assert canonicals <= latest.keys()
