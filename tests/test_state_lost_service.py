@@ -54,3 +54,35 @@ def test_a_worker_refuses_an_emptied_state_until_it_is_replayed(stack: Stack) ->
     assert any(latest[a["id"]]["canonical_id"] in {a["id"] for a in first} and latest[a["id"]]["canonical_id"]
                != a["id"] for a in later)  # fmt: skip  # later copies found canonicals restored by the replay
     assert canonicals <= latest.keys()
+
+
+def test_a_worker_started_on_an_empty_state_with_links_on_record_waits_for_the_replay(stack: Stack) -> None:
+    """The whole deployment restarted after Redis lost its data: a new worker process cannot tell an
+    emptied state from a new one by Redis alone, but `dedup.links` holds verdicts, so it is not new."""
+    articles = list(synthetic_articles(300, seed=6))
+    first, later = articles[:150], articles[150:]
+    stack.create_topics()
+    worker = stack.start_worker()
+    stack.produce(orjson.dumps(a) for a in first)
+    before, _ = stack.final_links({a["id"] for a in first})
+    worker.stop()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    client.delete(*client.scan_iter(f"{stack.name}:*"))
+
+    worker = stack.start_worker(instance=worker.instance)
+    stack.produce(orjson.dumps(a) for a in later)
+    deadline = time.monotonic() + 60
+    while (status := worker._readyz())[0] != 503 or "dedup replay" not in str(status[1]):
+        assert time.monotonic() < deadline, f"the worker never said the state is missing: {status}"
+        time.sleep(0.5)
+    written = [key for key in client.scan_iter(f"{stack.name}:*") if ":lock:" not in key]
+    assert written == []
+    client.close()
+
+    subprocess.run([sys.executable, "-m", "streams", "replay"], env={**os.environ, **stack.env()}, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    latest, _ = stack.final_links({a["id"] for a in articles})  # the same worker goes on once it is rebuilt
+    assert_invariants(latest)
+    assert all(latest[doc_id] == link for doc_id, link in before.items())
+    assert any(latest[a["id"]]["canonical_id"] in {a["id"] for a in first} and latest[a["id"]]["canonical_id"]
+               != a["id"] for a in later)  # fmt: skip

@@ -81,6 +81,25 @@ def end_offsets(consumer: Consumer, topic: str) -> list[TopicPartition]:
     return ends
 
 
+def recorded(settings: Settings, topic: str) -> int:
+    """How many records `topic` holds now (between each partition's first and end offsets; 0 when there
+    is no such topic). RuntimeError in one line when the broker cannot be reached."""
+    client = CommandClient(settings)
+    client.reach(AdminClient(client.config()))
+    consumer = Consumer(client.config(**{"group.id": f"dedup-counter-{uuid.uuid4().hex}"}))
+    try:
+        metadata = consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return 0
+        total = 0
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
 def read_to_end(settings: Settings, topic: str, on_total: Callable[[int], None] | None = None) -> Iterator[Message]:
     """Every record of `topic` from its beginning up to the end offsets seen when reading starts (records
     produced meanwhile are left for the next reader), under a throwaway group that commits nothing.

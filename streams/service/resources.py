@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,13 @@ from streams.core.cascade import Cascade
 from streams.core.model import Canonical, Stage
 from streams.core.ports import Embedder, StateStore, VectorStore
 from streams.features.simhash import char_simhash, word_simhash
+from streams.kafka.journal import recorded
 from streams.records.article import Featurizer
 from streams.service import metrics
 from streams.service.stages import Agent, StageAgent, pipeline
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore, connect
+from streams.stores.redis_store import RedisStateStore, StateLost, connect
 from streams.vectors.batched import BatchedVectors
 
 EMBEDDED = "embedded"
@@ -65,13 +67,34 @@ class MeteredState:
         return getattr(self._inner, name)
 
 
+def expect_new_state(settings: Settings) -> None:
+    """Before the workers mark an empty Redis state as new: refuse (`StateLost`) while `dedup.links` holds
+    verdicts, i.e. the state was lost (Redis restarted without its data, the whole deployment with it) or the
+    prefix is not the one they were written under. Without a broker configured there is no record to ask."""
+    if not settings.kafka_bootstrap:
+        return
+    links = recorded(settings, settings.topics.links)
+    if links:
+        raise StateLost(
+            f"Redis holds no state under prefix {settings.redis_prefix!r}, yet {settings.topics.links} holds "
+            f"{links:,} records: the state was lost, or DEDUP_REDIS_PREFIX is not the one it was written under. "
+            "Nothing is decided on an empty state: rebuild it with `dedup replay` (the workers wait for it)"
+        )
+
+
 class Resources:
     """One Redis client, vector store and embedder per worker process, shared by its agents."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.redis = redis_client(settings)
-        self.state = RedisStateStore(self.redis, settings.redis_prefix, settings.redis_bucket_bits, settings.retention)
+        self.state = RedisStateStore(
+            self.redis,
+            settings.redis_prefix,
+            settings.redis_bucket_bits,
+            settings.retention,
+            fresh=partial(expect_new_state, settings),
+        )
         self._embedder = embedder
         self._vectors: VectorStore | None = None
         name = f"{settings.redis_prefix}lock:register"

@@ -567,8 +567,11 @@ class RedisStateStore:
         bucket_bits: int = BUCKET_BITS,
         retention: RetentionSettings = _RETENTION,
         restoring: bool = False,
+        fresh: Callable[[], None] | None = None,
     ) -> None:
-        """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there."""
+        """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there.
+        `fresh` is called before an empty state is marked as new, and raises (`StateLost`) where a new
+        state is not expected: the workers' asks whether `dedup.links` holds verdicts already."""
         if bucket_bits % 4 or not 4 <= bucket_bits <= 24:
             raise ValueError(f"bucket_bits is {bucket_bits}: a multiple of 4 from 4 to 24 (whole hex digits)")
         self._redis = client
@@ -587,6 +590,7 @@ class RedisStateStore:
         self.checkpoint_key = f"{prefix}replay"
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
         self._restoring = restoring
+        self._fresh = fresh
         self._lost = False
         """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
         cluster = isinstance(client, RedisCluster)
@@ -724,6 +728,8 @@ class RedisStateStore:
                 f"has {self._bucket_bits}: set DEDUP_REDIS_BUCKET_BITS={bits}, or rebuild it with `dedup replay` "
                 "under another DEDUP_REDIS_PREFIX"
             )
+        if layout is None and self._fresh is not None and not self._restoring:
+            self._fresh()  # an empty state: new, or lost (Redis restarted without its data) with no one to tell
         if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
             return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
