@@ -293,3 +293,11 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRed
     """A Redis Cluster of local processes (3 masters, 3 replicas), shared by the session: no test kills its nodes."""
     with local_redis_cluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["one", "cluster"])
+def one_or_cluster_url(request: pytest.FixtureRequest) -> str:
+    """The URL of the session's one Redis server, then of its Redis Cluster: a test of both."""
+    if request.param == "one":
+        return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue("redis_cluster").url)

@@ -9,9 +9,7 @@ and its document's verdict replaced, a verdict that stands already (answered 0),
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,20 +28,9 @@ from streams.stores.writes import (
     VerdictWrite,
     Write,
 )
-from tests.conftest import LocalRedisCluster
 
 T = 1_700_000_000
 DAY = 86_400
-
-
-@pytest.fixture(params=["one", "cluster"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """One server (conftest's) or the session's Redis Cluster."""
-    if request.param == "one":
-        yield request.getfixturevalue("redis_url")
-    else:
-        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
-        yield cluster.url
 
 
 def _bands(n: int) -> tuple[int, ...]:
@@ -140,9 +127,9 @@ def _written(url: str, one_at_a_time: bool, forgotten: bool = False) -> tuple[li
     return results, state, len(batch)
 
 
-def test_a_batch_written_in_bulk_equals_its_writes_one_at_a_time(url: str) -> None:
-    bulk, bulk_state, count = _written(url, one_at_a_time=False)
-    single, single_state, _ = _written(url, one_at_a_time=True)
+def test_a_batch_written_in_bulk_equals_its_writes_one_at_a_time(one_or_cluster_url: str) -> None:
+    bulk, bulk_state, count = _written(one_or_cluster_url, one_at_a_time=False)
+    single, single_state, _ = _written(one_or_cluster_url, one_at_a_time=True)
     assert bulk == single
     assert bulk_state == single_state
     assert len(bulk) == count
@@ -153,11 +140,11 @@ def test_a_batch_written_in_bulk_equals_its_writes_one_at_a_time(url: str) -> No
     assert sum(len(h) for name, h in bulk_state.items() if name.startswith("g:")) == 11
 
 
-def test_scripts_forgotten_by_the_server_are_loaded_again_and_run_once(url: str) -> None:
+def test_scripts_forgotten_by_the_server_are_loaded_again_and_run_once(one_or_cluster_url: str) -> None:
     """A restarted server (or a replica promoted) has no scripts: the calls that found none run after
     loading them, and only those (a plain command of the same round, the seq counters', ran already)."""
-    bulk, bulk_state, _ = _written(url, one_at_a_time=False, forgotten=True)
-    single, single_state, _ = _written(url, one_at_a_time=True)
+    bulk, bulk_state, _ = _written(one_or_cluster_url, one_at_a_time=False, forgotten=True)
+    single, single_state, _ = _written(one_or_cluster_url, one_at_a_time=True)
     assert bulk == single
     assert bulk_state == single_state
 
@@ -179,11 +166,11 @@ def test_a_round_is_one_round_trip_without_asking_for_the_scripts(redis_url: str
     assert stats["cmdstat_evalsha"]["calls"] >= 6
 
 
-def test_a_batch_refused_by_a_newer_fence_is_a_lost_lease(url: str) -> None:
+def test_a_batch_refused_by_a_newer_fence_is_a_lost_lease(one_or_cluster_url: str) -> None:
     """The scripts' FENCED refusal reaches the caller as `LeaseLost`, which `dedup replay` and `dedup relink`
     answer by deciding again (a pipeline's error used to come out as a plain ResponseError whose message
     redis-py had prefixed with the command, so the store never recognised it)."""
-    client = connect(url)
+    client = connect(one_or_cluster_url)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     lock = RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
     with lock.held() as lease:

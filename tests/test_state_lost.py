@@ -8,8 +8,6 @@ canonicals and restart the verdict counter, whose order `dedup replay` restores 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +18,8 @@ from streams.kafka.replay import Restorer
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore, StateLost, connect
 from streams.stores.writes import ClaimWrite, VerdictWrite, Write
-from tests.conftest import LocalRedisCluster
 
 T = 1_700_000_000
-
-
-@pytest.fixture(params=["one", "cluster"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "one":
-        yield request.getfixturevalue("redis_url")
-    else:
-        cluster: LocalRedisCluster = request.getfixturevalue("redis_cluster")
-        yield cluster.url
 
 
 def _batch(doc_id: str) -> list[Write]:
@@ -48,8 +36,8 @@ def _state_keys(client: Any, prefix: str) -> list[str]:
     return sorted(k for k in client.scan_iter(match=f"{prefix}*", count=10_000) if ":lock:" not in k)
 
 
-def test_a_state_emptied_under_a_running_store_is_never_written_into(url: str) -> None:
-    client = connect(url)
+def test_a_state_emptied_under_a_running_store_is_never_written_into(one_or_cluster_url: str) -> None:
+    client = connect(one_or_cluster_url)
     prefix = f"t{uuid.uuid4().hex}:"
     store = RedisStateStore(client, prefix)
     _apply(store, client, _batch("a"))
@@ -70,8 +58,8 @@ def test_a_state_emptied_under_a_running_store_is_never_written_into(url: str) -
     client.close()
 
 
-def test_the_workers_wait_for_an_unfinished_replay(url: str) -> None:
-    client = connect(url)
+def test_the_workers_wait_for_an_unfinished_replay(one_or_cluster_url: str) -> None:
+    client = connect(one_or_cluster_url)
     prefix = f"t{uuid.uuid4().hex}:"
     worker = RedisStateStore(client, prefix)
     _apply(worker, client, _batch("a"))

@@ -15,12 +15,20 @@ import pytest
 import redis
 
 from streams.evaluation.corpus import synthetic_articles
-from streams.evaluation.stack import Stack, assert_invariants
+from streams.evaluation.stack import Stack, Worker, assert_invariants
 
 
 @pytest.fixture
 def stack(make_stack: Callable[[str], Stack]) -> Stack:
     return make_stack("url,content,simhash")
+
+
+def _wait_refusing(worker: Worker) -> None:
+    """Until the worker's /readyz says its batches wait for `dedup replay`."""
+    deadline = time.monotonic() + 60
+    while (status := worker._readyz())[0] != 503 or "dedup replay" not in str(status[1]):
+        assert time.monotonic() < deadline, f"the worker never said its state needs a replay: {status}"
+        time.sleep(0.5)
 
 
 def test_a_worker_refuses_an_emptied_state_until_it_is_replayed(stack: Stack) -> None:
@@ -34,10 +42,7 @@ def test_a_worker_refuses_an_emptied_state_until_it_is_replayed(stack: Stack) ->
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
     client.delete(*client.scan_iter(f"{stack.name}:*"))  # what a restart without persistence leaves
     stack.produce(orjson.dumps(a) for a in later)
-    deadline = time.monotonic() + 60
-    while (status := worker._readyz())[0] != 503 or "replay" not in str(status[1]):
-        assert time.monotonic() < deadline, f"the worker never said its state is gone: {status}"
-        time.sleep(0.5)
+    _wait_refusing(worker)
     written = [key for key in client.scan_iter(f"{stack.name}:*") if ":lock:" not in key]
     assert written == []  # nothing written into the emptied state (the lease and its fences aside)
     client.close()
@@ -71,10 +76,7 @@ def test_a_worker_started_on_an_empty_state_with_links_on_record_waits_for_the_r
 
     worker = stack.start_worker(instance=worker.instance)
     stack.produce(orjson.dumps(a) for a in later)
-    deadline = time.monotonic() + 60
-    while (status := worker._readyz())[0] != 503 or "dedup replay" not in str(status[1]):
-        assert time.monotonic() < deadline, f"the worker never said the state is missing: {status}"
-        time.sleep(0.5)
+    _wait_refusing(worker)
     written = [key for key in client.scan_iter(f"{stack.name}:*") if ":lock:" not in key]
     assert written == []
     client.close()
