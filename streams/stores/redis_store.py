@@ -1353,7 +1353,8 @@ class _Lua:
     def __call__(self, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
         """Run now (loading the script where missing), or queue on `client` (a pipeline)."""
         if self._eval:
-            return (client or self._client).execute_command("EVAL", self._source, len(keys), *keys, *args)
+            target = self._client if client is None else client
+            return target.execute_command("EVAL", self._source, len(keys), *keys, *args)
         if client is None:
             return self._script(keys=keys, args=args)
         return client.evalsha(self._script.sha, len(keys), *keys, *args)
