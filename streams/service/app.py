@@ -31,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streams.config import Settings
 from streams.kafka.batched import send_batched
+from streams.kafka.fetch import PacedTransport
 from streams.records.stage import rejected_record
 from streams.service import metrics
 from streams.service.resources import Resources
@@ -147,6 +148,7 @@ def build_app(settings: Settings, agents: Sequence[Agent], resources: Resources)
         web_in_thread=False,
         logging_config=None,
     )
+    app.transport = PacedTransport(app.conf.broker_consumer, app, fetch_floor_s=worker.fetch_floor_s)
     health = Health()
     for hop in hops(settings, agents):
         handler = resources.stage_agent(*hop)
