@@ -20,16 +20,19 @@ rate, its ratio to in-process, the paced rate and p50 / p99 latency.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.config import Settings
+from streams.config import Settings, WorkerSettings
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.services import local_kafka, local_redis
 from streams.evaluation.stack import Stack
@@ -146,17 +149,56 @@ def _produce(stack: Stack, producer: Producer, lines: list[bytes], rate: float |
     return sent
 
 
+@contextmanager
+def _running(code: Path | None) -> Iterator[None]:
+    """Workers started inside run `code` (`python -m streams` finds the package in its working
+    directory first, then on PYTHONPATH), or this checkout."""
+    if code is None:
+        yield
+        return
+    saved, cwd = os.environ.get("PYTHONPATH"), Path.cwd()
+    os.environ["PYTHONPATH"] = str(code)
+    os.chdir(code)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def streaming(
-    bootstrap: str, redis_url: str, folder: Path, workers: int, partitions: int, lines: list[bytes]
+    bootstrap: str,
+    redis_url: str,
+    folder: Path,
+    workers: int,
+    partitions: int,
+    lines: list[bytes],
+    code: Path | None = None,
 ) -> tuple[float, float, float]:
-    """(documents per second at full speed, p50 and p99 latency in ms at half that rate)."""
+    """(documents per second at full speed, p50 and p99 latency in ms at half that rate).
+
+    The workers run this checkout with its default batching (the test stacks wait 0.02 s for a whole
+    batch), or with `code` the checkout there (`--baseline`), with the test stacks' settings."""
     burst, paced = lines[: len(lines) * 3 // 4], lines[len(lines) * 3 // 4 :]
     folder.mkdir(parents=True)
-    stack = Stack(bootstrap, redis_url, folder, stages=STAGES, partitions=partitions)
+    defaults = {"DEDUP_WORKER__BATCH_WITHIN_S": str(WorkerSettings().batch_within_s)}
+    stack = Stack(
+        bootstrap, redis_url, folder, stages=STAGES, partitions=partitions, extra_env={} if code else defaults
+    )
+    path = os.environ.get("PYTHONPATH")
     try:
         stack.create_topics()
+        if code is not None:
+            os.environ["PYTHONPATH"] = str(code)
         for _ in range(workers):
             stack.start_worker()
+        if path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = path
         producer = _producer(stack)
         time.sleep(2 * workers)  # every worker in the group before the first record
         sent = _produce(stack, producer, burst, rate=None)
@@ -178,6 +220,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of the code to compare with (e.g. `git worktree add /tmp/before COMMIT`): one worker of"
+        " it runs after this checkout's, on the same broker and Redis (baseline_one_worker_* in the results)",
+    )
     args = parser.parse_args()
     lines = [orjson.dumps(article) for article in synthetic_articles(args.count)]
     results: dict[str, object] = {"count": args.count, "partitions": args.partitions, "stages": STAGES}
@@ -190,8 +238,12 @@ def main() -> None:
             alone = agents_only(redis_url, lines)
             results["agents_only_docs_per_s"] = alone
             print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s")
-            for workers, name in ((1, "one_worker"), (2, "two_workers")):
-                rate, p50, p99 = streaming(bootstrap, redis_url, root / f"w{workers}", workers, args.partitions, lines)
+            runs = [(1, "one_worker", None), (1, "baseline_one_worker", args.baseline), (2, "two_workers", None)]
+            for workers, name, code in runs:
+                if name.startswith("baseline") and code is None:
+                    continue
+                folder = root / name
+                rate, p50, p99 = streaming(bootstrap, redis_url, folder, workers, args.partitions, lines, code)
                 pace = min(rate / 2, 1000)
                 results.update(
                     {
@@ -203,7 +255,8 @@ def main() -> None:
                     }
                 )
                 print(
-                    f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions): "
+                    f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions)"
+                    f"{' of ' + str(code) if code else ''}: "
                     f"{rate:8,.0f} docs/s = {rate / reference:.2f}x in-process; "
                     f"latency at {pace:,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
                 )
