@@ -20,15 +20,19 @@ rate, its ratio to in-process, the paced rate and p50 / p99 latency.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.config import Settings
+from streams.config import Settings, WorkerSettings
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.services import local_kafka, local_redis
 from streams.evaluation.stack import Stack
@@ -68,27 +72,65 @@ def agents_only(redis_url: str, lines: list[bytes]) -> float:
 
 
 def _link_times(stack: Stack, want: int, timeout: float) -> dict[str, int]:
-    """Broker timestamp (ms) of the first link of each document, once `want` documents have one."""
+    """Broker timestamp (ms) of the first link of each document, once `want` documents have one.
+
+    The script waits on the topic's end offsets (a ListOffsets request every 0.2 s) and reads the links
+    once they are enough: the times are the broker's, so reading late changes none of them, and a
+    consumer kept reading meanwhile took a core of the two the workers run on (the broker answers an
+    empty fetch at once, without waiting for records, and librdkafka then fetches again at once).
+    """
     topic = stack.settings().topics.links
-    consumer = stack.reader(topic)
-    times: dict[str, int] = {}
+    watcher = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"watch-{uuid.uuid4().hex}"})
     deadline = time.monotonic() + timeout
     try:
-        while len(times) < want:
+        partitions = [TopicPartition(topic, p) for p in watcher.list_topics(topic, timeout=10).topics[topic].partitions]
+        times: dict[str, int] = {}
+        while True:
+            ends = {tp.partition: watcher.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions}
+            if sum(ends.values()) >= want:
+                times = _read_links(stack, topic, ends, deadline)
+                if len(times) >= want:
+                    return times
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(times)} of {want} verdicts after {timeout:.0f} s")
+            time.sleep(0.2)
+    finally:
+        watcher.close()
+
+
+def _read_links(stack: Stack, topic: str, ends: dict[int, int], deadline: float) -> dict[str, int]:
+    """The first link's broker timestamp of each document in `topic`, read up to `ends` (partition: offset)."""
+    consumer = stack.reader(topic)
+    times: dict[str, int] = {}
+    left = {partition for partition, end in ends.items() if end > 0}
+    try:
+        while left:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"links of {topic} not read up to {ends}")
             for message in consumer.consume(1000, timeout=0.5):
-                if message.error() is None:
-                    times.setdefault(orjson.loads(message.value())["doc_id"], message.timestamp()[1])
+                if message.error() is not None:
+                    continue
+                times.setdefault(orjson.loads(message.value())["doc_id"], message.timestamp()[1])
+                if message.offset() >= ends[message.partition()] - 1:
+                    left.discard(message.partition())
     finally:
         consumer.close()
     return times
 
 
-def _produce(stack: Stack, lines: list[bytes], rate: float | None) -> dict[str, int]:
+def _producer(stack: Stack) -> Producer:
+    """The script's producer, connected (and its idempotent producer id granted) before any record is
+    timed: a producer made for the paced phase gave its first records its own start-up (a connection,
+    metadata, the producer id: about half a second) as verdict latency, a few hundred records of the
+    5,000 and so the whole p99."""
+    producer = Producer({"bootstrap.servers": stack.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    producer.list_topics(stack.settings().topics.raw, timeout=30)
+    return producer
+
+
+def _produce(stack: Stack, producer: Producer, lines: list[bytes], rate: float | None) -> dict[str, int]:
     """Send `lines` (at `rate` a second, or at once); the broker timestamp of each, by id."""
     topic = stack.settings().topics.raw
-    producer = Producer({"bootstrap.servers": stack.bootstrap, "linger.ms": 5, "enable.idempotence": True})
     sent: dict[str, int] = {}
 
     def delivered(error: object, message: object) -> None:
@@ -107,23 +149,57 @@ def _produce(stack: Stack, lines: list[bytes], rate: float | None) -> dict[str, 
     return sent
 
 
+@contextmanager
+def _running(code: Path | None) -> Iterator[None]:
+    """Workers started inside run `code` (`python -m streams` finds the package in its working
+    directory first, then on PYTHONPATH), or this checkout."""
+    if code is None:
+        yield
+        return
+    saved, cwd = os.environ.get("PYTHONPATH"), Path.cwd()
+    os.environ["PYTHONPATH"] = str(code)
+    os.chdir(code)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def streaming(
-    bootstrap: str, redis_url: str, folder: Path, workers: int, partitions: int, lines: list[bytes]
+    bootstrap: str,
+    redis_url: str,
+    folder: Path,
+    workers: int,
+    partitions: int,
+    lines: list[bytes],
+    code: Path | None = None,
 ) -> tuple[float, float, float]:
-    """(documents per second at full speed, p50 and p99 latency in ms at half that rate)."""
+    """(documents per second at full speed, p50 and p99 latency in ms at half that rate).
+
+    One worker runs this checkout with its default batching (no window), several the 0.02 s window
+    of the test stacks that the README advises for several workers (they share one registration
+    lease); with `code`, the checkout there (`--baseline`) with the test stacks' settings."""
     burst, paced = lines[: len(lines) * 3 // 4], lines[len(lines) * 3 // 4 :]
     folder.mkdir(parents=True)
-    stack = Stack(bootstrap, redis_url, folder, stages=STAGES, partitions=partitions)
+    defaults = {"DEDUP_WORKER__BATCH_WITHIN_S": str(WorkerSettings().batch_within_s)}
+    env = {} if code is not None or workers > 1 else defaults
+    stack = Stack(bootstrap, redis_url, folder, stages=STAGES, partitions=partitions, extra_env=env)
     try:
         stack.create_topics()
-        for _ in range(workers):
-            stack.start_worker()
+        with _running(code):
+            for _ in range(workers):
+                stack.start_worker()
+        producer = _producer(stack)
         time.sleep(2 * workers)  # every worker in the group before the first record
-        sent = _produce(stack, burst, rate=None)
+        sent = _produce(stack, producer, burst, rate=None)
         linked = _link_times(stack, len(burst), timeout=1800)
         rate = len(burst) / ((max(linked.values()) - min(sent.values())) / 1000)
         pace = min(rate / 2, 1000.0)
-        sent = _produce(stack, paced, rate=pace)
+        sent = _produce(stack, producer, paced, rate=pace)
         linked = _link_times(stack, len(burst) + len(paced), timeout=1800)
         latencies = sorted(linked[doc_id] - at for doc_id, at in sent.items())
         p50 = statistics.median(latencies)
@@ -138,6 +214,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of the code to compare with (e.g. `git worktree add /tmp/before COMMIT`): one worker of"
+        " it runs after this checkout's, on the same broker and Redis (baseline_one_worker_* in the results)",
+    )
     args = parser.parse_args()
     lines = [orjson.dumps(article) for article in synthetic_articles(args.count)]
     results: dict[str, object] = {"count": args.count, "partitions": args.partitions, "stages": STAGES}
@@ -150,8 +232,12 @@ def main() -> None:
             alone = agents_only(redis_url, lines)
             results["agents_only_docs_per_s"] = alone
             print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s")
-            for workers, name in ((1, "one_worker"), (2, "two_workers")):
-                rate, p50, p99 = streaming(bootstrap, redis_url, root / f"w{workers}", workers, args.partitions, lines)
+            runs = [(1, "one_worker", None), (1, "baseline_one_worker", args.baseline), (2, "two_workers", None)]
+            for workers, name, code in runs:
+                if name.startswith("baseline") and code is None:
+                    continue
+                folder = root / name
+                rate, p50, p99 = streaming(bootstrap, redis_url, folder, workers, args.partitions, lines, code)
                 pace = min(rate / 2, 1000)
                 results.update(
                     {
@@ -163,7 +249,8 @@ def main() -> None:
                     }
                 )
                 print(
-                    f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions): "
+                    f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions)"
+                    f"{' of ' + str(code) if code else ''}: "
                     f"{rate:8,.0f} docs/s = {rate / reference:.2f}x in-process; "
                     f"latency at {pace:,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
                 )

@@ -175,7 +175,19 @@ class WorkerSettings(Section):
 
     group_id: str = Field("dedup", description="Kafka consumer group (and faust app id) shared by all workers.")
     batch_size: int = Field(256, ge=1, description="Records taken from a stage topic per decision batch.")
-    batch_within_s: float = Field(0.2, gt=0, description="Seconds a partial batch waits for more records.")
+    batch_within_s: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds an idle agent waits for a whole batch before it takes fewer records; 0: it takes"
+        " what is there at once (a busy agent takes what arrived while it decided, up to batch_size).",
+    )
+    fetch_floor_s: float = Field(
+        0.005,
+        ge=0,
+        description="Least time from one fetch that brought no records to the next (a broker that answers"
+        " empty fetches at once, without waiting for records, would otherwise be asked thousands of times"
+        " a second); 0: no floor.",
+    )
     lock_ttl_s: float = Field(
         10.0, gt=0, description="Expiry of the registration lock, so a killed worker's lock is freed."
     )
