@@ -72,9 +72,7 @@ def _band_missing_near_copy(featurizer: Featurizer, ntrex: list[NtrexDocument]) 
 
 def test_no_model_call_while_the_lease_is_held(redis_url: str, tmp_path: Path, ntrex: list[NtrexDocument]) -> None:
     prefix = f"t{uuid.uuid4().hex}:"
-    settings = Settings(
-        redis_url=redis_url, redis_prefix=prefix, qdrant_url="embedded", state_dir=tmp_path
-    )
+    settings = Settings(redis_url=redis_url, redis_prefix=prefix, qdrant_url="embedded", state_dir=tmp_path)
     featurizer = Featurizer(settings)
     original, copy = _band_missing_near_copy(featurizer, ntrex)
     others = [
