@@ -32,7 +32,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -374,9 +374,14 @@ def replay_links(
             stats.resumed = latest.count_through(resume_at)
         if progress is not None:
             progress.start("restoring state", stats.documents - stats.resumed)
+        position = stats.resumed
         with rare_collections():
             for chunk in _batches(latest.ordered(resume_at), batch):
-                records = [read_link_record(record) for _, record in chunk]
+                records = []
+                for _, record in chunk:
+                    recorded = read_link_record(record)
+                    position += 1
+                    records.append(_numbered(recorded, position))
                 for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
                     if vectors is None and recorded.vector is not None and recorded.link.verdict.canonical:
                         stats.vectors_skipped += restored
@@ -390,6 +395,16 @@ def replay_links(
     finally:
         latest.close()
     return stats
+
+
+def _numbered(recorded: Recorded, position: int) -> Recorded:
+    """A record without `seq` (written before verdicts carried one) numbered by its position in the replay's
+    order, where such records come first: the numbers an uninterrupted replay into an empty state draws for
+    them, and the same again when a replay stopped after drawing a batch's numbers runs again (drawn afresh,
+    they would come after records whose own seqs they precede)."""
+    if recorded.link.seq:
+        return recorded
+    return replace(recorded, link=replace(recorded.link, seq=position))
 
 
 def _batches(items: Iterable[tuple[Order, dict[str, Any]]], size: int) -> Iterator[list[tuple[Order, dict[str, Any]]]]:
