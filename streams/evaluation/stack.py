@@ -216,6 +216,21 @@ class Stack:
             consumer.close()
         return records
 
+    def unfed(self, latest: dict[str, dict[str, Any]], timeout: float = 120.0) -> set[str]:
+        """The canonicals (`unique`) of `latest` that `articles.deduped` does not carry: read until it carries
+        every one of them, or the time is up. Empty when every canonical reached the indexers."""
+        wanted = {doc_id for doc_id, link in latest.items() if link["verdict"] == "unique"}
+        consumer = self.reader(self.settings().topics.deduped)
+        deadline = time.monotonic() + timeout
+        try:
+            while wanted and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    wanted.discard(orjson.loads(message.value())["id"])
+        finally:
+            consumer.close()
+        return wanted
+
     def final_links(self, ids: set[str], timeout: float = 180.0) -> tuple[dict[str, dict[str, Any]], list[dict]]:
         """The last link of each document once every id in `ids` has one; and every link record."""
         topic = self.settings().topics.links
