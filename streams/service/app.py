@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from streams.config import Settings
 from streams.kafka.batched import send_batched
 from streams.kafka.fetch import PacedTransport
-from streams.kafka.pipeline import RETRY_PAUSE_S, BatchPipeline
+from streams.kafka.pipeline import BatchPipeline
 from streams.records.stage import rejected_record
 from streams.service import metrics
 from streams.service.resources import Resources
@@ -215,9 +215,7 @@ def _agent_loop(handler: StageAgent, app: faust.App, health: Health, settings: S
             for event in done:
                 await events.ack(event)
 
-        pipeline = BatchPipeline(
-            decide, send, ack, worker.batch_size, worker.batch_within_s, failed, succeeded, RETRY_PAUSE_S
-        )
+        pipeline = BatchPipeline(decide, send, ack, worker.batch_size, worker.batch_within_s, failed, succeeded)
         runner = asyncio.create_task(pipeline.run())
         try:
             async for event in events.events():

@@ -605,21 +605,17 @@ class RedisStateStore:
             keep_seconds(retention.exact_days),
             keep_seconds(retention.bands_days),
         )
-        script = partial(_Lua, client)
+        self._scripts: list[_Lua] = []
+        """Every script of this store: loaded by the first call that finds them missing (`_run`)."""
+
+        def script(source: str) -> _Lua:
+            self._scripts.append(_Lua(client, source))
+            return self._scripts[-1]
+
         self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
         self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
-        self._scripts = (  # loaded by the first call that finds them missing (`_run`)
-            self._publish,
-            self._fields,
-            self._advance,
-            self._at_least,
-            self._drop_entries,
-            self._expire_fields,
-            self._expired_canonicals,
-            self._bulk,
-        )
 
     @classmethod
     def from_url(
