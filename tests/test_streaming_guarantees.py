@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from streams.evaluation.corpus import NtrexDocument, synthetic_articles
-from streams.evaluation.services import LocalKafka, LocalRedis
+from streams.evaluation.services import LocalKafka, LocalRedis, freeze
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.kafka.replay import replay_links
 from tests.test_replay_scale import _by_meaning
@@ -103,7 +103,7 @@ def test_guarantees_hold_through_a_stall_restarts_and_hostile_input(
         # (a) one worker stalls past its lease (3 s) and its session (6 s), then resumes
         stack.produce(orjson.dumps(r) for r in chunks[0])
         stack.read(links, until=len(chunks[0]) // 4, timeout=180)
-        stalled.process.send_signal(signal.SIGSTOP)
+        freeze(stalled.process)
         time.sleep(8)
         stalled.process.send_signal(signal.SIGCONT)
         stack.produce(orjson.dumps(r) for r in chunks[1])
@@ -114,7 +114,7 @@ def test_guarantees_hold_through_a_stall_restarts_and_hostile_input(
         # moment of the stop itself and the outage they live through starts once it is down.
         stack.read(links, until=len(chunks[0]), timeout=240)
         for worker in stack.workers:
-            worker.process.send_signal(signal.SIGSTOP)
+            freeze(worker.process)  # none sends while the broker shuts down
         broker.stop()
         for worker in stack.workers:
             worker.process.send_signal(signal.SIGCONT)

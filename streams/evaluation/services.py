@@ -107,9 +107,9 @@ class LocalKafka:
             self._process = None
 
     def pause(self) -> None:
-        """SIGSTOP: the broker keeps its connections open and answers nothing (a hung or partitioned broker)."""
+        """The broker keeps its connections open and answers nothing (a hung or partitioned broker)."""
         assert self._process is not None
-        self._process.send_signal(signal.SIGSTOP)
+        freeze(self._process)
 
     def resume(self) -> None:
         assert self._process is not None
@@ -136,6 +136,29 @@ def local_kafka(folder: Path) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+def freeze(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGSTOP, and wait until every thread of `process` has stopped.
+
+    `kill` only queues the signal: the stop begins once one of the process's threads is scheduled to
+    take it, and on a loaded machine the others go on for milliseconds meanwhile (a broker acknowledged
+    a whole produce request that way). A test that freezes a process must know it is frozen."""
+    process.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{process.pid}/task")
+    deadline = time.monotonic() + timeout_s
+    while not all(_stopped(task / "stat") for task in tasks.iterdir()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            code = process.returncode
+            raise RuntimeError(f"process {process.pid} did not stop within {timeout_s:g} s (exit code {code})")
+        time.sleep(0.001)
+
+
+def _stopped(stat: Path) -> bool:
+    try:
+        return stat.read_text().rpartition(")")[2].split()[0] in "Tt"  # the state follows the command's name
+    except FileNotFoundError:  # a thread that ended
+        return True
 
 
 def _stop(process: subprocess.Popen[bytes], grace_s: float = 30.0) -> None:
