@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from streams.evaluation.services import freeze
+from streams.evaluation.stack import Stack
 
 BUSY = """
 import threading
@@ -39,3 +42,23 @@ def test_a_frozen_process_has_every_thread_stopped_when_freeze_returns() -> None
         finally:
             process.kill()
             process.wait()
+
+
+def test_a_stream_that_times_out_says_what_each_worker_was_doing(
+    kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A streaming test that fails by timing out (a worker that stopped deciding) reports each worker's
+    /readyz, its last log lines and where its code waits, so a failure seen once in CI can be read."""
+    stack = Stack(kafka_bootstrap, redis_url, tmp_path)
+    stack.create_topics()
+    stack.start_worker()
+    try:
+        with pytest.raises(TimeoutError) as failure:
+            stack.final_links({"never-sent"}, timeout=2)
+    finally:
+        stack.stop()
+    report = str(failure.value)
+    assert report.startswith("1 documents without a link, e.g. ['never-sent']")
+    assert f"--- worker {stack.name}-0 (exit code None): /readyz 200" in report
+    assert "streams/kafka/pipeline.py" in report and "in _take" in report  # idle: waiting for records
+    assert "LOCAL VARIABLES" not in report and len(report) < 20_000

@@ -7,6 +7,7 @@ session's broker and Redis, so tests never see each other's records.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,6 +77,22 @@ class Worker:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=30)
+
+    def report(self) -> str:
+        """What a test that timed out needs to say about this worker: /readyz, its log's last lines, and the
+        stacks of its threads and asyncio tasks that run our code (mode dumps them all on SIGUSR1)."""
+        status, body = self._readyz()
+        lines = [line[:400] for line in self.log.read_text(errors="replace").splitlines()[-40:]]
+        stacks = ""
+        if self.process.poll() is None:
+            size = self.log.stat().st_size
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            with self.log.open("rb") as handle:
+                handle.seek(size)
+                stacks = _our_stacks(handle.read().decode(errors="replace"))
+        log = "\n".join(lines)
+        return f"--- worker {self.instance} (exit code {self.process.poll()}): /readyz {status} {body}\n{log}\n{stacks}"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -242,7 +259,8 @@ class Stack:
             while not ids <= latest.keys():
                 if time.monotonic() > deadline:
                     missing = sorted(ids - latest.keys())
-                    raise TimeoutError(f"{len(missing)} documents without a link, e.g. {missing[:5]}")
+                    workers = "\n".join(worker.report() for worker in self.workers)
+                    raise TimeoutError(f"{len(missing)} documents without a link, e.g. {missing[:5]}\n{workers}")
                 message = consumer.poll(0.5)
                 if message is None or message.error() is not None:
                     continue
@@ -252,6 +270,27 @@ class Stack:
         finally:
             consumer.close()
         return latest, every
+
+
+_STACK_START = re.compile(r"^(?=THREAD |Stack for <)", re.MULTILINE)
+
+
+def _our_stacks(dump: str, limit: int = 12_000) -> str:
+    """The stacks of a thread and task dump (mode's `cry`) that run this package's code, frames only: the
+    rest is the frameworks idling, and the locals it prints are pages long."""
+    ours = []
+    for block in _STACK_START.split(dump):
+        lines = block.splitlines()
+        frames = [pair for i, line in enumerate(lines) if line.startswith('  File "') for pair in lines[i : i + 2]]
+        if any(line.startswith('  File "') and _is_ours(line) for line in frames):
+            ours.append("\n".join([lines[0][:300], *frames]))
+    return "\n".join(ours)[:limit]
+
+
+def _is_ours(frame: str) -> bool:
+    """A frame of this package's code, other than the command that started the worker (in every main stack)."""
+    package = f"{os.sep}streams{os.sep}"
+    return package in frame and f"{package}cli{os.sep}" not in frame and f"{package}__main__" not in frame
 
 
 def assert_invariants(latest: dict[str, dict[str, Any]]) -> None:
