@@ -226,6 +226,10 @@ class LocalRedisCluster:
         subprocess.run([*create, "--cluster-replicas", "1", "--cluster-yes"], check=True, capture_output=True)
         for port in self.ports:
             self._wait(port, lambda node: node.cluster("info")["cluster_state"] == "ok")
+        # A replica copies its master only after the master's diskless-sync delay (5 s by default): a master
+        # killed before would be taken over by an empty replica (a lost state: tests/test_state_lost*.py).
+        for port in self.ports:
+            self._wait(port, _in_sync)
 
     def _wait(self, port: int, ready: Callable[[redis.Redis], bool], timeout_s: float = 30) -> None:
         node = redis.Redis(port=port, decode_responses=True)
@@ -267,6 +271,12 @@ class LocalRedisCluster:
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def _in_sync(node: redis.Redis) -> bool:
+    """A master, or a replica whose copy of its master is complete and follows it."""
+    info = node.info("replication")
+    return info["role"] == "master" or (info["master_link_status"] == "up" and not info["master_sync_in_progress"])
 
 
 def _bindable(port: int) -> bool:

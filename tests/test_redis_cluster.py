@@ -154,6 +154,7 @@ def test_a_stream_survives_a_master_killed_mid_stream(
         stack.start_worker()
         links = stack.settings().topics.links
         try:
+            stack.wait_assigned(stack.settings().topics.raw)  # both in the group, each holding partitions
             half = len(records) // 2
             stack.produce(orjson.dumps(r) for r in records[:half])
             stack.read(links, until=half // 3, timeout=180)
