@@ -11,6 +11,8 @@ import uuid
 from typing import Any
 
 import pytest
+import redis
+from redis.crc import key_slot
 
 from streams.config import RetentionSettings
 from streams.core.model import Link
@@ -89,3 +91,41 @@ def test_a_replay_holds_the_workers_back_from_before_its_first_write(redis_url: 
     _apply(worker, client, _batch("b"))
     assert worker.verdict_of("b") is not None
     client.close()
+
+
+def test_a_cluster_master_failed_over_to_an_empty_replica_is_a_lost_state(redis_cluster: Any) -> None:
+    """A replica that had not synced (its first copy still under way, or restarted without data) takes over
+    its master's slots empty, while the other masters keep theirs and the layout marker may well be among
+    them: written into, that third of the state would give its documents second verdicts and make copies
+    canonicals. Every batch is refused, by this store and by one started afresh, until it is rebuilt."""
+    client = connect(redis_cluster.url)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    _apply(store, client, [w for i in range(40) for w in _batch(f"a{i}")])
+    marker_slot = key_slot(f"{prefix}layout".encode())
+    emptied = 0
+    for port in redis_cluster.masters():
+        node = redis.Redis(port=port, decode_responses=True)
+        if all(marker_slot not in range(start, end + 1) for start, end in _slots(node, port)):
+            emptied += sum(node.delete(key) for key in node.scan_iter(match=f"{prefix}*", count=10_000))
+            node.close()
+            break
+        node.close()
+    assert emptied > 0  # the layout marker survived on another master: a state that looks whole
+    later = [w for i in range(40) for w in _batch(f"b{i}")]
+    with pytest.raises(StateLost, match="dedup replay"):
+        _apply(store, client, later)
+    with pytest.raises(StateLost, match="dedup replay"):
+        _apply(RedisStateStore(client, prefix), client, later)  # a worker restarted meanwhile
+    assert all(store.verdict_of(f"b{i}") is None for i in range(40))
+    assert store.exact_lookup([f"u:b{i}" for i in range(40)]) == {}
+    client.close()
+
+
+def _slots(node: redis.Redis, port: int) -> list[tuple[int, int]]:
+    """The slot ranges `node` (on `port`) serves."""
+    return [
+        (int(start), int(end))
+        for start, end, (_, master_port, *_), *_ in node.cluster("slots")
+        if int(master_port) == port
+    ]

@@ -61,7 +61,12 @@ this store saw and that is gone now means Redis was emptied under it (restarted 
 flushed, failed over to an empty replica): written into, the state would give redelivered documents
 second verdicts, make duplicates canonicals and restart the verdict counter that replay orders by.
 The store refuses every write from then on (`StateLost`: the worker's batch is retried and /readyz
-says why) until the state is rebuilt with `dedup replay` and the process restarted. While a replay's
+says why) until the state is rebuilt with `dedup replay` and the process restarted. On a cluster a
+master can also fail over to a replica that had not copied it (its first copy still under way): a
+third of the state goes, and the marker may well not be in it. Each slot group's fence key is made
+with the marker and only ever updated after, so a fenced write (a lease's publication, a batch's
+script) that finds its group's fence missing is refused as `LOST` in the script itself, and a store
+that starts on a marked state with some fences gone refuses it too. While a replay's
 checkpoint is there (running, or stopped half-way) only the replay writes: a state half restored
 lacks canonicals that later documents must link to.
 
@@ -215,7 +220,9 @@ LAYOUT = "2"
 _FENCE = """
 local epoch = tonumber(ARGV[1])
 if epoch > 0 then
-  local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local seen = redis.call('GET', KEYS[1])
+  if not seen then return redis.error_reply('LOST ' .. KEYS[1]) end
+  seen = tonumber(seen)
   if seen > epoch then return redis.error_reply('FENCED a newer lease holder wrote here') end
   if seen < epoch then redis.call('SET', KEYS[1], epoch) end
 end
@@ -234,7 +241,9 @@ _WRITE = _FENCE + _AGE
 _PUBLISH = """
 local newest = 0
 for i = 1, #KEYS do
-  local seen = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local seen = redis.call('GET', KEYS[i])
+  if not seen then return redis.error_reply('LOST ' .. KEYS[i]) end
+  seen = tonumber(seen)
   if seen < tonumber(ARGV[1]) then redis.call('SET', KEYS[i], ARGV[1]) end
   if seen > newest then newest = seen end
 end
@@ -306,7 +315,9 @@ local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
 if epoch > 0 then
   local seen = {}
   for f = 1, fences do
-    seen[f] = tonumber(redis.call('GET', KEYS[f]) or '0')
+    local fence = redis.call('GET', KEYS[f])
+    if not fence then return redis.error_reply('LOST ' .. KEYS[f]) end
+    seen[f] = tonumber(fence)
     if seen[f] > epoch then return redis.error_reply('FENCED a newer lease holder wrote here') end
   end
   for f = 1, fences do
@@ -591,6 +602,8 @@ class RedisStateStore:
         self._languages = f"{prefix}languages"
         self._layout = f"{prefix}layout"
         self._layout_checked = False
+        self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
+        """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self.checkpoint_key = f"{prefix}replay"
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
         self._restoring = restoring
@@ -689,6 +702,8 @@ class RedisStateStore:
             for i, result in zip(forgotten, self._pipelined([calls[i] for i in forgotten]), strict=True):
                 results[i] = result
         for result in results:
+            if isinstance(result, redis.ResponseError) and str(result).startswith("LOST "):
+                self._lose(str(result).removeprefix("LOST "))
             if isinstance(result, Exception):
                 raise result
         return results
@@ -730,9 +745,25 @@ class RedisStateStore:
             )
         if layout is None and self._fresh is not None and not self._restoring:
             self._fresh()  # an empty state: new, or lost (Redis restarted without its data) with no one to tell
+        fences = self._run([partial(_get, key=key) for key in self._fences])
+        missing = [key for key, fence in zip(self._fences, fences, strict=True) if fence is None]
+        if layout is not None and 0 < len(missing) < len(self._fences):
+            self._lose(missing[0])  # marked, and part of it gone: a master failed over to an empty replica
+        if missing:  # a new state, or one no lease ever wrote (every lease publishes to every group)
+            self._run([partial(_set_absent, key=key, value=0) for key in missing])
         if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
             return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
+
+    def _lose(self, fence: str) -> None:
+        """A slot group's fence is gone while the state's marker is there: Redis Cluster lost part of the
+        state (a master failed over to a replica that had not copied it). Sticky, as a lost marker."""
+        self._lost = True
+        raise StateLost(
+            f"the Redis state under prefix {self._prefix!r} lost part of its keys ({fence} is missing): a Redis "
+            "Cluster master failed over to a replica that had not copied it. Nothing is written into it: delete "
+            "the prefix's keys, rebuild it with `dedup replay`, then restart this process"
+        )
 
     def _check_state(self, layout: str | None, replaying: str | None) -> None:
         """Refuse to write into a state that is gone or half restored (`StateLost`), with what to do."""
@@ -754,7 +785,8 @@ class RedisStateStore:
         (`RedisLock(fence=...)` calls this on taking the lock): from then on a write of an older holder
         is refused in every slot. Returns the newest epoch found there before (the lease's or greater: a newer
         holder published first, or the epoch counter went back, and the lock draws again)."""
-        keys = [f"{self._prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
+        self._ensure_layout()
+        keys = self._fences
         calls = [  # one call per slot: 256 on a cluster, one on one server (a call per key cost 5% of a batch)
             partial(self._publish, keys=[keys[i] for i in group], args=[lease.epoch]) for group in self._by_slot(keys)
         ]
@@ -1444,6 +1476,10 @@ def _get(key: str, client: Any) -> Any:
 
 def _exists(key: str, client: Any) -> Any:
     return client.exists(key)
+
+
+def _set_absent(key: str, value: Any, client: Any) -> Any:
+    return client.set(key, value, nx=True)
 
 
 def _incrby(key: str, amount: int, client: Any) -> Any:
