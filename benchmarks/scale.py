@@ -110,7 +110,7 @@ from streams.records.output import read_link_record
 from streams.records.schemas import LINK, validator
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore, _verdict_value
+from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
 CACHE = Path.home() / ".cache" / "streams-dedup"
@@ -647,7 +647,8 @@ class ProductBulk:
             published_at = int(published(i, self.per_day))
             stamp = self.store._stamp(published_at, published_at)
             link = _link(doc_id, content, published_at)
-            buckets.setdefault(self.store._bucket("v", doc_id), {})[doc_id] = f"{stamp}{i + 1} {_verdict_value(link)}"
+            verdict = f"{stamp}{i + 1} {self.store._encoded(link)}"
+            buckets.setdefault(self.store._bucket("v", doc_id), {})[doc_id] = verdict
             buckets.setdefault(self.store._bucket("c", doc_id), {})[doc_id] = str(i + 1)
             for key in (URL_KEY + url, CONTENT_KEY + content):
                 bucket, field_ = self.store._exact(key)

@@ -8,7 +8,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 
 | hash | field | value |
 |---|---|---|
-| `v:{t}…` of `B(doc_id)` | doc_id | the verdict: its stamp, its `seq`, a space, then `_verdict_value` |
+| `v:{t}…` of `B(doc_id)` | doc_id | the verdict: its stamp, its `seq`, a space, then `_verdict_value` (model by code) |
 | `x:{t}…` of `B(key)` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) named |
 | `c:{t}…` of `B(doc_id)` | doc_id | a canonical's first-seen `seq` (marks it registered; s: holds the stamp) |
 | `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
@@ -22,7 +22,8 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 | `layout` (string) | | `LAYOUT`/`bucket_bits`: the key layout and bucket count the state was written in |
 | `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
-| `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t` |
+| `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t`; made with `layout` ("Lost") |
+| `models:{00}` (hash) | `n{name}`, `c{code}`, `#` | embedding models' codes (a verdict names its model by code) |
 
 Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
 `n % 256`, of `(value >> 6) % 256`), so the buckets of every family fall into 256 slot
@@ -249,6 +250,14 @@ for i = 1, #KEYS do
 end
 return newest
 """
+# An embedding model's code, drawn the first time the model is named (the same for every process).
+_REGISTER_MODEL = """
+local code = redis.call('HGET', KEYS[1], 'n' .. ARGV[1])
+if code then return code end
+code = tostring(redis.call('HINCRBY', KEYS[1], '#', 1))
+redis.call('HSET', KEYS[1], 'n' .. ARGV[1], code, 'c' .. code, ARGV[1])
+return code
+"""
 # Many hash fields of one slot in one command (a pipeline of HGETs costs a command each in the client).
 _FIELDS = """
 local out = {}
@@ -299,8 +308,9 @@ return removed
 #     'B' the seq taken out (the field goes when it holds no other).
 # 'u' unregister (c bucket): doc_id, seq: forgotten if it still names seq; 1 or 0.
 # 'v' record a verdict (v bucket): doc_id, stamp, encoded verdict, its seq (drawn before). First writer wins; a
-#     verdict past its retention is no verdict. 'V' the same and the encoded verdict it replaces: written only
-#     while the stored one is still that one (its stamp and seq aside). The seq, or 0 when not written.
+#     verdict past its retention is no verdict. 'V' the same and the encoded verdict it replaces, twice (its
+#     model by code, and by name as written before the codes): written only while the stored one is still
+#     that one (its stamp and seq aside). The seq, or 0 when not written.
 # 'n' a group size (g bucket): doc_id, members to add (negative: fewer), the day of the latest member (0 for
 #     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
 #     canonical alone loses its field. The members besides the canonical.
@@ -413,11 +423,12 @@ while a <= #ARGV do
       answer = live and 0 or 1
       a = a + 6
     else
-      answer = live and string.sub(current, string.find(current, ' ', 1, true) + 1) == ARGV[a + 6] and 1 or 0
-      a = a + 7
+      local held = live and string.sub(current, string.find(current, ' ', 1, true) + 1)
+      answer = held and (held == ARGV[a + 6] or held == ARGV[a + 7]) and 1 or 0
+      a = a + 8
     end
     if answer == 1 then
-      local b = code == 'v' and a - 6 or a - 7
+      local b = code == 'v' and a - 6 or a - 8
       redis.call('HSET', key, ARGV[b + 2], ARGV[b + 3] .. ARGV[b + 5] .. ' ' .. ARGV[b + 4])
       answer = tonumber(ARGV[b + 5])
     end
@@ -603,6 +614,10 @@ class RedisStateStore:
         self._layout = f"{prefix}layout"
         self._layout_checked = False
         self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
+        self._models = f"{prefix}models:{{00}}"
+        """The embedding models' codes (`n{name}`: code, `c{code}`: name, `#` the last code); slot group 00."""
+        self._model_codes: dict[str, str] = {}
+        self._model_names: dict[str, str] = {}
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self.checkpoint_key = f"{prefix}replay"
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
@@ -629,6 +644,7 @@ class RedisStateStore:
         self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
+        self._register_model = script(_REGISTER_MODEL)
 
     @classmethod
     def from_url(
@@ -823,7 +839,7 @@ class RedisStateStore:
         verdicts = {}
         for doc_id, value in zip(doc_ids, values, strict=True):
             live = value is not None and not expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.verdicts)
-            verdicts[doc_id] = _read_verdict(doc_id, value) if live else None
+            verdicts[doc_id] = _read_verdict(doc_id, value, self._model_name) if live else None
         return verdicts
 
     def _field_calls(self, places: Sequence[tuple[str, str]]) -> tuple[list[Call], Callable[[list[Any]], list[Any]]]:
@@ -1204,7 +1220,7 @@ class RedisStateStore:
                     bulk.add(self._bucket("v", link.doc_id), "v", args, results, i)
                 case ReplaceVerdictWrite(link, expected):
                     args = self._verdict_args(link, link.seq or verdict_seqs[i], stamp_of(link.published_at))
-                    args = (*args, _verdict_value(expected))
+                    args = (*args, self._encoded(expected), _verdict_value(expected, expected.model or ""))
                     bulk.add(self._bucket("v", link.doc_id), "V", args, results, i)
         self._sink(bulk.calls(epoch, clock))
         # 6: group sizes, once the verdict that makes a member is recorded: the markers of 4 taken out (the
@@ -1231,7 +1247,35 @@ class RedisStateStore:
 
     def _verdict_args(self, link: Link, seq: int, stamp: str) -> tuple[Any, ...]:
         """A verdict item's arguments: doc_id, stamp, the encoded verdict, its seq."""
-        return (link.doc_id, stamp, _verdict_value(link), seq)
+        return (link.doc_id, stamp, self._encoded(link), seq)
+
+    # Embedding models by code: a verdict of stage 4 names its model (`BAAI/bge-m3@` and a 40-digit commit,
+    # 52 bytes) in every canonical's verdict; a code from a registry in Redis takes 2 or 3.
+
+    def _encoded(self, link: Link) -> str:
+        """`link` as stored, its model by code (registered on first use)."""
+        return _verdict_value(link, _CODED + self._model_code(link.model) if link.model else "")
+
+    def _model_code(self, name: str) -> str:
+        code = self._model_codes.get(name)
+        if code is None:
+            code = str(self._run([partial(self._register_model, keys=[self._models], args=[name])])[0])
+            self._model_codes[name], self._model_names[code] = code, name
+        return code
+
+    def _model_name(self, code: str) -> str:
+        name = self._model_names.get(code)
+        if name is None:  # registered by another process since: learn every code there is
+            registry = self._redis.hgetall(self._models)
+            self._model_names.update((k[1:], v) for k, v in registry.items() if k.startswith("c"))
+            self._model_codes.update((v, k) for k, v in self._model_names.items())
+            name = self._model_names.get(code)
+            if name is None:
+                raise StateLost(
+                    f"a verdict under prefix {self._prefix!r} names model code {code}, which {self._models} "
+                    "does not hold: the state is damaged; rebuild it with `dedup replay`"
+                )
+        return name
 
     def _sink(self, sinks: list[tuple[Call, Callable[[Any], None]]]) -> None:
         """Run the calls in one round trip, each answer to its sink; empties `sinks`."""
@@ -1573,21 +1617,22 @@ def _marker(canonical_id: str, member: str) -> str:
     return f"\x00{digest}"
 
 
-def _verdict_value(link: Link) -> str:
+_CODED = "\x01"
+"""Before a verdict's model part: a code of the store's registry follows, not a name (no name starts so)."""
+
+
+def _verdict_value(link: Link, model: str) -> str:
     """`{verdict}{stage}{content}{score};{len(canonical)};{canonical}{model}`: one letter each for the
     verdict and the stage, the content key, the score, then the two strings, the first prefixed
-    by its length and empty for a canonical (itself). Every byte counts at millions of verdicts;
-    JSON cost 40% more here."""
+    by its length and empty for a canonical (itself); the model as the store encodes it (`_encoded`:
+    by code; by name before the codes). Every byte counts at millions of verdicts; JSON cost 40% more here."""
     canonical = "" if link.canonical_id == link.doc_id else link.canonical_id
     score = "" if link.score is None else repr(float(link.score))
     content = link.content or _NO_CONTENT
-    return (
-        f"{_VERDICT_CODE[link.verdict]}{_STAGE_CODE[link.stage]}{content}{score};{len(canonical)};"
-        f"{canonical}{link.model or ''}"
-    )
+    return f"{_VERDICT_CODE[link.verdict]}{_STAGE_CODE[link.stage]}{content}{score};{len(canonical)};{canonical}{model}"
 
 
-def _read_verdict(doc_id: str, value: str) -> Link:
+def _read_verdict(doc_id: str, value: str, model_name: Callable[[str], str]) -> Link:
     """A verdict as stored: `{stamp}{seq} ` then `_verdict_value` (its `published_at` is not kept, only its day)."""
     head, _, encoded = value.partition(" ")
     seq = head[_DAY_HEX:]
@@ -1599,6 +1644,8 @@ def _read_verdict(doc_id: str, value: str) -> Link:
     length = int(encoded[score_end + 1 : length_end])
     canonical = encoded[length_end + 1 : length_end + 1 + length] or doc_id
     model = encoded[length_end + 1 + length :] or None
+    if model is not None and model.startswith(_CODED):
+        model = model_name(model[1:])
     score = float(encoded[start:score_end]) if score_end > start else None
     return Link(
         doc_id,
