@@ -151,8 +151,8 @@ bits, 252 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets 
 bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
 a day. The s: buckets hold 256 seqs each and the b: buckets 64 band values, whatever the size;
 a band value's seqs pass 64 bytes from about 1M canonicals, and those hash tables cost about 40
-bytes a canonical. A value holds a caller's strings (doc ids, the embedding model): a verdict
-naming a model or a long id passes 64 bytes, so the compose file's Redis runs with
+bytes a canonical. A value holds a caller's strings (doc ids; the embedding model by code): a verdict
+naming a long id passes 64 bytes, so the compose file's Redis runs with
 `hash-max-listpack-value` 256 (README, "Memory").
 """
 
