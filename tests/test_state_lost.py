@@ -8,15 +8,18 @@ canonicals and restart the verdict counter, whose order `dedup replay` restores 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from redis.crc import key_slot
 
+from benchmarks.replay_speed import keys, link_records, produce
 from streams.config import RetentionSettings
 from streams.core.model import Link
-from streams.kafka.replay import Restorer
+from streams.evaluation.stack import Stack
+from streams.kafka.replay import Restorer, replay_links
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore, StateLost, connect
 from streams.stores.writes import ClaimWrite, VerdictWrite, Write
@@ -102,15 +105,7 @@ def test_a_cluster_master_failed_over_to_an_empty_replica_is_a_lost_state(redis_
     prefix = f"t{uuid.uuid4().hex}:"
     store = RedisStateStore(client, prefix)
     _apply(store, client, [w for i in range(40) for w in _batch(f"a{i}")])
-    marker_slot = key_slot(f"{prefix}layout".encode())
-    emptied = 0
-    for port in redis_cluster.masters():
-        node = redis.Redis(port=port, decode_responses=True)
-        if all(marker_slot not in range(start, end + 1) for start, end in _slots(node, port)):
-            emptied += sum(node.delete(key) for key in node.scan_iter(match=f"{prefix}*", count=10_000))
-            node.close()
-            break
-        node.close()
+    emptied = _empty_a_master(redis_cluster, prefix)
     assert emptied > 0  # the layout marker survived on another master: a state that looks whole
     later = [w for i in range(40) for w in _batch(f"b{i}")]
     with pytest.raises(StateLost, match="dedup replay"):
@@ -129,3 +124,40 @@ def _slots(node: redis.Redis, port: int) -> list[tuple[int, int]]:
         for start, end, (_, master_port, *_), *_ in node.cluster("slots")
         if int(master_port) == port
     ]
+
+
+def test_replay_fresh_rebuilds_a_state_a_failover_left_in_part(
+    redis_cluster: Any, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A state partly lost cannot be replayed into (what survived is not what the links rebuild in order);
+    `dedup replay --fresh` deletes it first and rebuilds it whole: the same keys as the first replay."""
+    stack = Stack(kafka_bootstrap, redis_cluster.url, tmp_path, partitions=3)
+    stack.create_topics()
+    settings = stack.settings()
+    produce(stack.bootstrap, settings.topics.links, iter(list(link_records(600, seed=3))))
+    client = connect(redis_cluster.url)
+    prefix = f"{stack.name}:"
+    replay_links(settings, client, None, prefix=prefix, batch=100)
+    whole = keys(client, prefix, ignore=("sweep",))
+    _empty_a_master(redis_cluster, prefix)
+    with pytest.raises(StateLost, match="--fresh"):
+        replay_links(settings, client, None, prefix=prefix, batch=100)
+    stats = replay_links(settings, client, None, prefix=prefix, batch=100, fresh=True)
+    assert stats.restored == 600
+    assert keys(client, prefix, ignore=("sweep",)) == whole
+    assert RedisStateStore(client, prefix).verdict_of(next(iter(link_records(1, seed=3)))[0]) is not None
+    client.close()
+
+
+def _empty_a_master(cluster: Any, prefix: str) -> int:
+    """Delete `prefix`'s keys on a master that does not hold the layout marker (a failover to a replica that
+    had not copied it); how many."""
+    marker_slot = key_slot(f"{prefix}layout".encode())
+    for port in cluster.masters():
+        node = redis.Redis(port=port, decode_responses=True)
+        try:
+            if all(marker_slot not in range(start, end + 1) for start, end in _slots(node, port)):
+                return sum(node.delete(key) for key in node.scan_iter(match=f"{prefix}*", count=10_000))
+        finally:
+            node.close()
+    raise AssertionError("every master serves the marker's slot")

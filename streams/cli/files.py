@@ -97,6 +97,14 @@ def replay_command(
     batch: Annotated[
         int, typer.Option(min=1, help="Links restored into Redis per transaction (from the links topic).")
     ] = 2_000,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="From the links topic: delete the Redis state first and rebuild it from the beginning "
+            "(a state lost in part: a cluster master failed over to a replica that had not copied it).",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild state from published links; idempotent.
 
@@ -105,8 +113,10 @@ def replay_command(
     interrupted, the same command resumes after the last batch restored.
     """
     if not links:
-        _replay_kafka(quiet, batch)
+        _replay_kafka(quiet, batch, fresh)
         return
+    if fresh:
+        raise ValueError("--fresh rebuilds the Redis state from the links topic; give files a new --state folder")
     if state is None:
         raise ValueError("replaying files rebuilds a state folder: give --state DIR")
     from streams.runner.jsonl import input_size
@@ -123,7 +133,7 @@ def replay_command(
     )
 
 
-def _replay_kafka(quiet: bool, batch: int) -> None:
+def _replay_kafka(quiet: bool, batch: int, fresh: bool) -> None:
     from streams.kafka.replay import replay_links
     from streams.service.resources import redis_client, vector_store
 
@@ -132,7 +142,7 @@ def _replay_kafka(quiet: bool, batch: int) -> None:
     vectors = vector_store(settings) if settings.qdrant_url or Stage.SEMANTIC in settings.stages else None
     try:
         with progress_bar(quiet, records=True) as progress:
-            stats = replay_links(settings, client, vectors, PhaseProgress(progress), batch=batch)
+            stats = replay_links(settings, client, vectors, PhaseProgress(progress), batch=batch, fresh=fresh)
     finally:
         client.close()
         if vectors is not None and hasattr(vectors, "close"):

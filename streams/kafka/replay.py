@@ -300,6 +300,12 @@ class Restorer:
         value = self._client.get(self._checkpoint)
         return tuple(orjson.loads(value)) if value and value != _BEGUN else None  # type: ignore[return-value]
 
+    def clear(self) -> None:
+        """Start from nothing: the checkpoint back to "begun" (the workers keep waiting), then every other key of
+        the state deleted (`dedup replay --fresh`, for a state lost in part)."""
+        self._client.set(self._checkpoint, _BEGUN)
+        self.state.clear()
+
     def begin(self) -> None:
         """Mark the replay as under way before its first write, where no checkpoint is there yet: the
         workers write nothing from now until `done` (the store's "Lost")."""
@@ -352,9 +358,13 @@ def replay_links(
     progress: Progress | None = None,
     prefix: str | None = None,
     batch: int = BATCH,
+    fresh: bool = False,
 ) -> KafkaReplayStats:
     """Read `dedup.links` and restore every document's latest link into Redis (under `prefix`, default
     the configured one) and `vectors`; resumes after the last batch an interrupted replay restored.
+
+    `fresh` deletes the state first and replays from the beginning: a state lost in part (a cluster master
+    failed over to a replica that had not copied it) is refused otherwise (`StateLost`).
 
     RuntimeError in one line when Redis or the broker cannot be reached.
     """
@@ -363,6 +373,8 @@ def replay_links(
         client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s, settings.redis_bucket_bits
     )
     try:
+        if fresh:
+            restorer.clear()
         resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
         restorer.begin()
     except redis.RedisError as exc:

@@ -159,6 +159,7 @@ naming a long id passes 64 bytes, so the compose file's Redis runs with
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -771,14 +772,33 @@ class RedisStateStore:
             return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._layout_checked = True
 
+    def clear(self) -> int:
+        """Delete the state's keys but the lease's and the replay's checkpoint (`dedup replay --fresh`: a state
+        lost in part is rebuilt from nothing); the layout marker last, so that an interrupted clear is still a
+        lost state. Each family by its own pattern, never the bare prefix, which may begin another prefix.
+        Returns how many keys went."""
+        escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix)
+        removed = 0
+        for family in ("v", "x", "c", "s", "b", "g", "models", "lock:fence"):
+            found = list(self._redis.scan_iter(match=f"{escaped}{family}:*", count=1000))
+            for start in range(0, len(found), 1000):
+                removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
+        singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
+        removed += sum(self._run([partial(_unlink, key=key) for key in singletons]))
+        removed += sum(self._run([partial(_unlink, key=self._layout)]))
+        self._layout_checked, self._lost = False, False
+        self._model_codes.clear()
+        self._model_names.clear()
+        return removed
+
     def _lose(self, fence: str) -> None:
         """A slot group's fence is gone while the state's marker is there: Redis Cluster lost part of the
         state (a master failed over to a replica that had not copied it). Sticky, as a lost marker."""
         self._lost = True
         raise StateLost(
             f"the Redis state under prefix {self._prefix!r} lost part of its keys ({fence} is missing): a Redis "
-            "Cluster master failed over to a replica that had not copied it. Nothing is written into it: delete "
-            "the prefix's keys, rebuild it with `dedup replay`, then restart this process"
+            "Cluster master failed over to a replica that had not copied it. Nothing is written into it: rebuild it "
+            "with `dedup replay --fresh` (which deletes it first), then restart this process"
         )
 
     def _check_state(self, layout: str | None, replaying: str | None) -> None:
@@ -1520,6 +1540,10 @@ def _get(key: str, client: Any) -> Any:
 
 def _exists(key: str, client: Any) -> Any:
     return client.exists(key)
+
+
+def _unlink(key: str, client: Any) -> Any:
+    return client.unlink(key)
 
 
 def _set_absent(key: str, value: Any, client: Any) -> Any:
