@@ -161,3 +161,15 @@ def _empty_a_master(cluster: Any, prefix: str) -> int:
         finally:
             node.close()
     raise AssertionError("every master serves the marker's slot")
+
+
+def test_clearing_a_state_leaves_a_state_whose_prefix_begins_with_its_own(one_or_cluster_url: str) -> None:
+    client = connect(one_or_cluster_url)
+    prefix = f"t{uuid.uuid4().hex}:"
+    ours, theirs = RedisStateStore(client, prefix), RedisStateStore(client, f"{prefix}v:")
+    _apply(ours, client, _batch("a"))
+    _apply(theirs, client, _batch("b"))
+    assert ours.clear() > 0
+    assert [k for k in _state_keys(client, prefix) if not k.startswith(f"{prefix}v:")] == []
+    assert theirs.verdict_of("b") is not None and theirs.exact_lookup(["u:b"]) == {"u:b": "b"}
+    client.close()

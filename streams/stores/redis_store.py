@@ -775,12 +775,13 @@ class RedisStateStore:
     def clear(self) -> int:
         """Delete the state's keys but the lease's and the replay's checkpoint (`dedup replay --fresh`: a state
         lost in part is rebuilt from nothing); the layout marker last, so that an interrupted clear is still a
-        lost state. Each family by its own pattern, never the bare prefix, which may begin another prefix.
+        lost state. Each family by its own pattern, its hash tag included, never the bare prefix, which may
+        begin another prefix (`dedup:` of `dedup:v:`).
         Returns how many keys went."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix)
         removed = 0
         for family in ("v", "x", "c", "s", "b", "g", "models", "lock:fence"):
-            found = list(self._redis.scan_iter(match=f"{escaped}{family}:*", count=1000))
+            found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
                 removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
         singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
