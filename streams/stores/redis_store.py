@@ -793,13 +793,14 @@ class RedisStateStore:
         return removed
 
     def _lose(self, fence: str) -> None:
-        """A slot group's fence is gone while the state's marker is there: Redis Cluster lost part of the
-        state (a master failed over to a replica that had not copied it). Sticky, as a lost marker."""
+        """A slot group's fence is gone: Redis Cluster lost part of the state (a master failed over to a replica
+        that had not copied it), or all of it went under a batch. Sticky, as a lost marker."""
         self._lost = True
         raise StateLost(
-            f"the Redis state under prefix {self._prefix!r} lost part of its keys ({fence} is missing): a Redis "
-            "Cluster master failed over to a replica that had not copied it. Nothing is written into it: rebuild it "
-            "with `dedup replay --fresh` (which deletes it first), then restart this process"
+            f"the Redis state under prefix {self._prefix!r} lost keys ({fence} is missing): a Redis Cluster master "
+            "failed over to a replica that had not copied it, or Redis was emptied (restarted without its data, "
+            "flushed). Nothing is written into it: rebuild it with `dedup replay --fresh` (which deletes what is "
+            "left first), then restart this process"
         )
 
     def _check_state(self, layout: str | None, replaying: str | None) -> None:
