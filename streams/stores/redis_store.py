@@ -615,11 +615,11 @@ class RedisStateStore:
         self._layout = f"{prefix}layout"
         self._layout_checked = False
         self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
+        """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self._models = f"{prefix}models:{{00}}"
         """The embedding models' codes (`n{name}`: code, `c{code}`: name, `#` the last code); slot group 00."""
         self._model_codes: dict[str, str] = {}
         self._model_names: dict[str, str] = {}
-        """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self.checkpoint_key = f"{prefix}replay"
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
         self._restoring = restoring
