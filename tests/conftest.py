@@ -24,6 +24,7 @@ import pytest
 import redis
 import yaml
 from qdrant_client import QdrantClient
+from redis.crc import key_slot
 
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, data_dir, ntrex_documents
@@ -260,6 +261,21 @@ class LocalRedisCluster:
             for address, info in nodes.items()
             if "master" in info["flags"] and "fail" not in info["flags"] and info["slots"]
         )
+
+    def empty_a_master(self, prefix: str, spared: str) -> int:
+        """Delete the keys under `prefix` on a master that does not serve key `spared` (what a failover to a
+        replica that had not copied it leaves); how many went."""
+        spared_slot = key_slot(spared.encode())
+        for port in self.masters():
+            node = redis.Redis(port=port, decode_responses=True)
+            try:
+                slots = node.cluster("slots")
+                served = [(int(first), int(last)) for first, last, (_, master, *_), *_ in slots if int(master) == port]
+                if all(not first <= spared_slot <= last for first, last in served):
+                    return sum(node.delete(key) for key in node.scan_iter(match=f"{prefix}*", count=10_000))
+            finally:
+                node.close()
+        raise AssertionError(f"every master serves the slot of {spared}")
 
     def kill(self, port: int) -> None:
         """SIGKILL one node (its replica takes over after the node timeout)."""

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from redis.crc import key_slot
 
 from benchmarks.replay_speed import keys, link_records, produce
 from streams.config import RetentionSettings
@@ -105,7 +103,7 @@ def test_a_cluster_master_failed_over_to_an_empty_replica_is_a_lost_state(redis_
     prefix = f"t{uuid.uuid4().hex}:"
     store = RedisStateStore(client, prefix)
     _apply(store, client, [w for i in range(40) for w in _batch(f"a{i}")])
-    emptied = _empty_a_master(redis_cluster, prefix)
+    emptied = redis_cluster.empty_a_master(prefix, spared=f"{prefix}layout")
     assert emptied > 0  # the layout marker survived on another master: a state that looks whole
     later = [w for i in range(40) for w in _batch(f"b{i}")]
     with pytest.raises(StateLost, match="dedup replay"):
@@ -115,15 +113,6 @@ def test_a_cluster_master_failed_over_to_an_empty_replica_is_a_lost_state(redis_
     assert all(store.verdict_of(f"b{i}") is None for i in range(40))
     assert store.exact_lookup([f"u:b{i}" for i in range(40)]) == {}
     client.close()
-
-
-def _slots(node: redis.Redis, port: int) -> list[tuple[int, int]]:
-    """The slot ranges `node` (on `port`) serves."""
-    return [
-        (int(start), int(end))
-        for start, end, (_, master_port, *_), *_ in node.cluster("slots")
-        if int(master_port) == port
-    ]
 
 
 def test_replay_fresh_rebuilds_a_state_a_failover_left_in_part(
@@ -139,37 +128,11 @@ def test_replay_fresh_rebuilds_a_state_a_failover_left_in_part(
     prefix = f"{stack.name}:"
     replay_links(settings, client, None, prefix=prefix, batch=100)
     whole = keys(client, prefix, ignore=("sweep",))
-    _empty_a_master(redis_cluster, prefix)
+    redis_cluster.empty_a_master(prefix, spared=f"{prefix}layout")
     with pytest.raises(StateLost, match="--fresh"):
         replay_links(settings, client, None, prefix=prefix, batch=100)
     stats = replay_links(settings, client, None, prefix=prefix, batch=100, fresh=True)
     assert stats.restored == 600
     assert keys(client, prefix, ignore=("sweep",)) == whole
     assert RedisStateStore(client, prefix).verdict_of(next(iter(link_records(1, seed=3)))[0]) is not None
-    client.close()
-
-
-def _empty_a_master(cluster: Any, prefix: str) -> int:
-    """Delete `prefix`'s keys on a master that does not hold the layout marker (a failover to a replica that
-    had not copied it); how many."""
-    marker_slot = key_slot(f"{prefix}layout".encode())
-    for port in cluster.masters():
-        node = redis.Redis(port=port, decode_responses=True)
-        try:
-            if all(marker_slot not in range(start, end + 1) for start, end in _slots(node, port)):
-                return sum(node.delete(key) for key in node.scan_iter(match=f"{prefix}*", count=10_000))
-        finally:
-            node.close()
-    raise AssertionError("every master serves the marker's slot")
-
-
-def test_clearing_a_state_leaves_a_state_whose_prefix_begins_with_its_own(one_or_cluster_url: str) -> None:
-    client = connect(one_or_cluster_url)
-    prefix = f"t{uuid.uuid4().hex}:"
-    ours, theirs = RedisStateStore(client, prefix), RedisStateStore(client, f"{prefix}v:")
-    _apply(ours, client, _batch("a"))
-    _apply(theirs, client, _batch("b"))
-    assert ours.clear() > 0
-    assert [k for k in _state_keys(client, prefix) if not k.startswith(f"{prefix}v:")] == []
-    assert theirs.verdict_of("b") is not None and theirs.exact_lookup(["u:b"]) == {"u:b": "b"}
     client.close()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -88,3 +90,33 @@ def test_a_worker_started_on_an_empty_state_with_links_on_record_waits_for_the_r
     assert all(latest[doc_id] == link for doc_id, link in before.items())
     assert any(latest[a["id"]]["canonical_id"] in {a["id"] for a in first} and latest[a["id"]]["canonical_id"]
                != a["id"] for a in later)  # fmt: skip
+
+
+def test_a_worker_refuses_a_state_a_cluster_failover_left_in_part_until_replay_fresh(
+    redis_cluster: Any, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A master of the worker's Redis Cluster fails over to a replica that had not copied it: a third of the
+    state goes while the layout marker stays. The worker decides nothing more; `dedup replay --fresh` rebuilds
+    the state from `dedup.links`, and the restarted worker gives every document its verdict."""
+    articles = list(synthetic_articles(300, seed=7))
+    first, later = articles[:180], articles[180:]
+    stack = Stack(kafka_bootstrap, redis_cluster.url, tmp_path)
+    stack.create_topics()
+    worker = stack.start_worker()
+    try:
+        stack.produce(orjson.dumps(a) for a in first)
+        before, _ = stack.final_links({a["id"] for a in first})
+        assert redis_cluster.empty_a_master(f"{stack.name}:", spared=f"{stack.name}:layout") > 0
+        stack.produce(orjson.dumps(a) for a in later)
+        _wait_refusing(worker)
+        assert "--fresh" in str(worker._readyz()[1])
+        replayed = subprocess.run([sys.executable, "-m", "streams", "replay", "--fresh", "--quiet"],
+                                  env={**os.environ, **stack.env()}, capture_output=True, timeout=300)  # fmt: skip
+        assert replayed.returncode == 0, replayed.stderr
+        worker.stop()
+        stack.start_worker(instance=worker.instance)
+        latest, _ = stack.final_links({a["id"] for a in articles})
+    finally:
+        stack.stop()
+    assert_invariants(latest)
+    assert all(latest[doc_id] == link for doc_id, link in before.items())
