@@ -613,6 +613,8 @@ class RedisStateStore:
         self._vseq = f"{prefix}vseq"
         self._languages = f"{prefix}languages"
         self._layout = f"{prefix}layout"
+        self._singletons = (self._seq, self._vseq, self._clock, self._cursor, self._languages)
+        """The keys of no slot group but the layout marker (their presence without it: an older layout)."""
         self._layout_checked = False
         self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
@@ -691,8 +693,7 @@ class RedisStateStore:
 
     def _fence_key(self, key: str) -> str:
         """The fence key of a bucket's slot group (named by its tag)."""
-        tag = key[len(self._prefix) :].partition("{")[2].partition("}")[0]
-        return f"{self._prefix}lock:fence:{{{tag}}}"
+        return self._fences[int(key[len(self._prefix) :].partition("{")[2][:2], 16)]
 
     def _by_slot(self, keys: Sequence[str]) -> list[list[int]]:
         """Indexes of `keys` grouped by slot, in order of first appearance: one script call each."""
@@ -736,9 +737,8 @@ class RedisStateStore:
         if self._layout_checked:
             return
         layout_key = self._layout
-        singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
         layout, *present = self._run(
-            [partial(_get, key=layout_key), *(partial(_exists, key=key) for key in singletons)]
+            [partial(_get, key=layout_key), *(partial(_exists, key=key) for key in self._singletons)]
         )
         if layout is None and any(present):
             raise LayoutMismatch(
@@ -784,8 +784,7 @@ class RedisStateStore:
             found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
                 removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
-        singletons = [self._seq, self._vseq, self._clock, self._cursor, self._languages]
-        removed += sum(self._run([partial(_unlink, key=key) for key in singletons]))
+        removed += sum(self._run([partial(_unlink, key=key) for key in self._singletons]))
         removed += sum(self._run([partial(_unlink, key=self._layout)]))
         self._layout_checked, self._lost = False, False
         self._model_codes.clear()
