@@ -206,6 +206,7 @@ _GROUP_DAY = 1 << 16
 """A group size is one integer, members * 65536 + day: a listpack keeps it in 4 bytes, a string would take 7."""
 _TAGS = 256
 """Hash tags (slot groups) the buckets of every family share: `{00}` to `{ff}`, spread over a cluster's masters."""
+_TAG_HEX = [f"{tag:02x}" for tag in range(_TAGS)]
 _SWEEP_BUCKETS = 256
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 20_000
@@ -618,6 +619,8 @@ class RedisStateStore:
         self._layout_checked = False
         self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
+        self._fence_of = dict(zip(_TAG_HEX, self._fences, strict=True))
+        """Each fence key by its slot group's tag."""
         self._models = f"{prefix}models:{{00}}"
         """The embedding models' codes (`n{name}`: code, `c{code}`: name, `#` the last code); slot group 00."""
         self._model_codes: dict[str, str] = {}
@@ -666,13 +669,15 @@ class RedisStateStore:
 
     # Keys: every bucket carries a hash tag of 2 hex digits (its slot group), singletons none
 
+    # Key names are made several times for every link a batch writes: each is one f-string, with no number
+    # formatted or parsed on the way (`benchmarks/replay_speed.py`: a tenth of a replay's client time was here).
+
     def _tagged(self, kind: str, tag: int, rest: str) -> str:
-        return f"{self._prefix}{kind}:{{{tag % _TAGS:02x}}}{rest}"
+        return f"{self._prefix}{kind}:{{{_TAG_HEX[tag % _TAGS]}}}{rest}"
 
     def _hashed(self, kind: str, digest: str) -> str:
         """The bucket of a hashed item: the first `bucket_hex` digits of its digest, the first two its tag."""
-        bucket = digest[: self._bucket_hex]
-        return self._tagged(kind, int(bucket[:2], 16), bucket[2:])
+        return f"{self._prefix}{kind}:{{{digest[:2]}}}{digest[2 : self._bucket_hex]}"
 
     def _bucket(self, kind: str, item: str) -> str:
         return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
@@ -693,7 +698,8 @@ class RedisStateStore:
 
     def _fence_key(self, key: str) -> str:
         """The fence key of a bucket's slot group (named by its tag)."""
-        return self._fences[int(key[len(self._prefix) :].partition("{")[2][:2], 16)]
+        tag = key.find("{", len(self._prefix)) + 1
+        return self._fence_of[key[tag : tag + 2]]
 
     def _by_slot(self, keys: Sequence[str]) -> list[list[int]]:
         """Indexes of `keys` grouped by slot, in order of first appearance: one script call each."""
