@@ -147,6 +147,19 @@ def test_expire_removes_in_bounded_steps_and_resumes_after_an_interruption(clien
     assert sorted(c.doc_id for c in restarted.band_candidates("en", (1, 1, 1, 1))) == ["new1"]
 
 
+def test_a_sweep_after_the_server_forgot_its_scripts_loads_them_and_completes(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A restarted Redis has an empty script cache: the sweep, first to run after it, loads its scripts again
+    as every other call does, where it stopped on NoScriptError (logged, retried by the next batch)."""
+    store = _store(client, prefix, bucket_bits=4)
+    store.advance(T0)
+    _populate(store, 5, T0, "old")
+    store.advance(T0 + 400 * DAY_S)
+    client.script_flush()
+    assert store.expire() == 5 * 5
+
+
 def test_a_family_kept_forever_is_never_hidden_nor_swept(client: redis.Redis, prefix: str) -> None:
     store = RedisStateStore(client, prefix, 4, RetentionSettings(exact_days=0, bands_days=0))
     store.advance(T0)

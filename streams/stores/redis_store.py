@@ -676,8 +676,10 @@ class RedisStateStore:
         return f"{self._prefix}{kind}:{{{_TAG_HEX[tag % _TAGS]}}}{rest}"
 
     def _hashed(self, kind: str, digest: str) -> str:
-        """The bucket of a hashed item: the first `bucket_hex` digits of its digest, the first two its tag."""
-        return f"{self._prefix}{kind}:{{{digest[:2]}}}{digest[2 : self._bucket_hex]}"
+        """The bucket of a hashed item: the first `bucket_hex` digits of its digest, the first two its tag (one
+        digit, with 4 bucket bits: the tag is that digit, zero-padded)."""
+        bucket = digest[: self._bucket_hex]
+        return f"{self._prefix}{kind}:{{{bucket[:2].zfill(2)}}}{bucket[2:]}"
 
     def _bucket(self, kind: str, item: str) -> str:
         return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
@@ -1393,7 +1395,7 @@ class RedisStateStore:
         removed, done, budget = 0, 0, _SWEEP_FIELDS
         for run in _runs(buckets, self._slot):
             args = [keep, stamp_in, limit - removed, budget]
-            gone, finished, read = self._fenced(self._expire_fields, run, args, epoch, clock)(client=self._redis)
+            gone, finished, read = self._run([self._fenced(self._expire_fields, run, args, epoch, clock)])[0]
             removed, done, budget = removed + int(gone), done + int(finished), budget - int(read)
             if finished < len(run) or budget <= 0 or removed >= limit:
                 break
