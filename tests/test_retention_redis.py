@@ -160,6 +160,18 @@ def test_a_sweep_after_the_server_forgot_its_scripts_loads_them_and_completes(
     assert store.expire() == 5 * 5
 
 
+def test_a_sweep_past_its_deadline_still_takes_a_step(client: redis.Redis, prefix: str) -> None:
+    """The sweep after a batch gets a share of the batch's time, which may be spent before it starts (a
+    slow host): the pass moves on by a step anyway, or it would never complete."""
+    store = _store(client, prefix, bucket_bits=4)
+    store.advance(T0)
+    _populate(store, 5, T0, "old")
+    store.advance(T0 + 400 * DAY_S)
+    swept = store.sweep(100, deadline=time.monotonic() - 1)
+    assert swept.removed == 5 and not swept.done  # the first step: the v: buckets, all 16 of them
+    assert client.hget(f"{prefix}sweep", "at") not in (None, "0")
+
+
 def test_a_family_kept_forever_is_never_hidden_nor_swept(client: redis.Redis, prefix: str) -> None:
     store = RedisStateStore(client, prefix, 4, RetentionSettings(exact_days=0, bands_days=0))
     store.advance(T0)
@@ -186,21 +198,29 @@ def test_a_sweep_under_a_lease_lost_removes_nothing(client: redis.Redis, prefix:
     assert store.expire() == 5 * 5
 
 
-def test_a_batch_flushed_under_the_lease_advances_the_clock_and_sweeps(client: redis.Redis, prefix: str) -> None:
+def test_batches_flushed_under_the_lease_advance_the_clock_and_sweep_a_share_each(
+    client: redis.Redis, prefix: str
+) -> None:
+    """The first batch of a new day starts the pass; it goes on a step or more after each later batch (a
+    share of the batch's time: the verdicts are not held back for the whole pass) until complete."""
     shared = _store(client, prefix, bucket_bits=4)
     shared.advance(T0)
     _populate(shared, 20, T0, "old")
     later = T0 + 400 * DAY_S
     batch = BatchedState(shared)
-    batch.warm(Reads(doc_ids=["n"], exact_keys=["u:n"], band_queries=[("en", BANDS)]))
-    batch.exact_claim(["u:n"], "n", later)
-    batch.add_canonical("n", SIMHASH, "en", BANDS, later)
-    batch.record_verdict(_link("n", later))
     lock = RedisLock(client, f"{prefix}lock", ttl_s=5)
-    with lock.held() as lease:
-        assert batch.flush(lease) == {"n": Link.unique("n")}
-    assert shared.clock() == later and batch.clock() == later
-    assert [_entries(client, prefix, kind) for kind in ("v", "x", "g", "s", "c", "b")] == [1, 1, 0, 1, 1, 4]
+    for n in range(8):  # the pass has 4 families, 16 buckets each, and the s: buckets: at most 5 steps
+        doc = f"n{n}"
+        batch.warm(Reads(doc_ids=[doc], exact_keys=[f"u:{doc}"], band_queries=[("en", BANDS)]))
+        batch.exact_claim([f"u:{doc}"], doc, later)
+        batch.record_verdict(_link(doc, later))
+        with lock.held() as lease:
+            assert batch.flush(lease) == {doc: Link.unique(doc)}
+        assert shared.clock() == later and batch.clock() == later
+        if n == 0:
+            assert _entries(client, prefix, "v") == 1  # the old verdicts, swept by the first step
+    assert [_entries(client, prefix, kind) for kind in ("v", "x", "g", "s", "c", "b")] == [8, 8, 0, 0, 0, 0]
+    assert shared.sweep(100).done and not shared.sweep(100).removed
 
 
 def test_a_verdict_within_its_retention_is_found_on_redelivery(client: redis.Redis, prefix: str) -> None:

@@ -207,9 +207,9 @@ _GROUP_DAY = 1 << 16
 _TAGS = 256
 """Hash tags (slot groups) the buckets of every family share: `{00}` to `{ff}`, spread over a cluster's masters."""
 _TAG_HEX = [f"{tag:02x}" for tag in range(_TAGS)]
-_SWEEP_BUCKETS = 256
+_SWEEP_BUCKETS = 1024
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
-_SWEEP_FIELDS = 20_000
+_SWEEP_FIELDS = 5_000
 """Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
 LAYOUT = "2"
 """The key layout this code reads (`{prefix}layout`): 2 is hash-tagged buckets; a state without it is older."""
@@ -1321,8 +1321,9 @@ class RedisStateStore:
         return self.sweep(limit).removed
 
     def sweep(self, limit: int, fence: Lease | None = None, deadline: float | None = None) -> Swept:
-        """`expire`, bounded in time too: it stops at `deadline` (`time.monotonic()`), and fenced by
-        `fence` when given (a sweep run under the registration lease stops once the lease is lost).
+        """`expire`, bounded in time too: it stops at the first step that ends past `deadline`
+        (`time.monotonic()`; at least one step is taken, so a pass always moves on), and fenced by `fence`
+        when given (a sweep run under the registration lease stops once the lease is lost).
 
         A pass reads every bucket once, in order: v:, x:, g: (2**bucket_bits each), then the s: buckets
         of every seq given out; each step removes what it found expired and moves the cursor
@@ -1333,13 +1334,15 @@ class RedisStateStore:
         self._ensure_layout()
         removed = 0
         try:
-            while removed < limit and (deadline is None or time.monotonic() < deadline):
+            while removed < limit:
                 place = self._sweep_position(fence)
                 if place is None:
                     return Swept(removed, True)
                 if place[0] < 0:
                     return Swept(removed, False)
                 removed += self._sweep_step(*place, limit - removed, fence.epoch if fence else 0)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         except redis.ResponseError as exc:
             if str(exc).startswith("FENCED"):
                 return Swept(removed, False)
