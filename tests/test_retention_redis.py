@@ -147,9 +147,7 @@ def test_expire_removes_in_bounded_steps_and_resumes_after_an_interruption(clien
     assert sorted(c.doc_id for c in restarted.band_candidates("en", (1, 1, 1, 1))) == ["new1"]
 
 
-def test_a_sweep_after_the_server_forgot_its_scripts_loads_them_and_completes(
-    client: redis.Redis, prefix: str
-) -> None:
+def test_a_sweep_after_the_server_forgot_its_scripts_loads_them_and_completes(client: redis.Redis, prefix: str) -> None:
     """A restarted Redis has an empty script cache: the sweep, first to run after it, loads its scripts again
     as every other call does, where it stopped on NoScriptError (logged, retried by the next batch)."""
     store = _store(client, prefix, bucket_bits=4)
