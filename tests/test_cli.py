@@ -78,6 +78,8 @@ def test_stdin_and_gzip_inputs(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["run", "missing.jsonl", "--out", "{tmp}"], "input file not found: missing.jsonl"),
+        # said as they are, not as rich markup or emoji codes (a Redis key `dedup:lock:fence` showed a padlock)
+        (["run", "a:lock:[bold]b[/].jsonl", "--out", "{tmp}"], "input file not found: a:lock:[bold]b[/].jsonl"),
         (["run", str(SAMPLE), "--out", "{tmp}", "--stages", "url,fuzzy"], "unknown stage(s) fuzzy"),
         (["run", str(SAMPLE), "--out", "{tmp}", "--sources", "{tmp}/nope.toml"], "sources file not found"),
         (["run", "{tmp}", "--out", "{tmp}/out"], "input {tmp} is a directory, not a file"),
@@ -121,3 +123,17 @@ def test_a_typo_in_any_configuration_section_names_the_key(tmp_path: Path, toml:
     assert result.returncode == 2
     assert f"invalid configuration: {key}: unknown setting" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_a_links_file_with_markup_in_a_bad_record_is_reported_as_it_is(tmp_path: Path) -> None:
+    """A skipped record's problem quotes the record (here a verdict `[/]x`): rich read it as markup and raised
+    a MarkupError at the report, after the replay had done its work."""
+    run = dedup("run", str(SAMPLE), "--out", str(tmp_path / "out"), "--quiet")
+    assert run.returncode == 0, run.stderr
+    first = (tmp_path / "out" / "links.jsonl").read_bytes().splitlines()[0]
+    hostile = orjson.dumps({**orjson.loads(first), "doc_id": "second", "verdict": "[/]x :lock:"})
+    (tmp_path / "links.jsonl").write_bytes(first + b"\n" + hostile + b"\n")
+    result = dedup("replay", str(tmp_path / "links.jsonl"), "--state", str(tmp_path / "state"))
+    assert result.returncode == 0, result.stderr
+    assert "'[/]x :lock:' is not a valid Verdict" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stderr

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import app, err, one_line_errors
+from streams.cli.common import app, err, one_line_errors, tagged
 
 if TYPE_CHECKING:
     from streams.calibration.fit import Fit
@@ -23,7 +23,7 @@ calibrate_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(calibrate_app, name="calibrate")
-out_console = Console()
+out_console = Console(markup=False, emoji=False)  # tables of input text: as it is (`err`)
 
 ConfigOption = Annotated[
     Path | None, typer.Option(help="TOML configuration file \\[env: DEDUP_CONFIG].", exists=True, dir_okay=False)
@@ -90,20 +90,20 @@ def sample_command(
     err.print(f"wrote {written} pairs of {drawn.model} from {where} to {out}", highlight=False, soft_wrap=True)
     short = [f"{'same' if same else 'cross'} {band} ({n})" for same, band, n in drawn.short()]
     if short:
-        err.print(
-            f"[yellow]note:[/] fewer pairs than asked ({drawn.per_band}) in {len(short)} bands: {', '.join(short)}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        fewer = f"fewer pairs than asked ({drawn.per_band}) in {len(short)} bands: {', '.join(short)}"
+        err.print(tagged("note:", "yellow", fewer), soft_wrap=True)
     if drawn.without_b:
         err.print(
-            f"[yellow]note:[/] {drawn.without_b} pair{'' if drawn.without_b == 1 else 's'} left out: the canonical"
-            f" has no candidate record of {drawn.model} (its text is not there to show)",
-            highlight=False,
+            tagged(
+                "note:",
+                "yellow",
+                f"{drawn.without_b} pair{'' if drawn.without_b == 1 else 's'} left out: the canonical"
+                f" has no candidate record of {drawn.model} (its text is not there to show)",
+            ),
             soft_wrap=True,
         )
     for problem in bad[:10]:
-        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(tagged("skipped", "yellow", problem), soft_wrap=True)
 
 
 def _sample_table(drawn: Sample) -> Table:
@@ -217,7 +217,8 @@ def check_command(
     if not json_output and before is not None:
         out_console.print(f"as labelled, {before.model}: {_cuts_line(before)}", highlight=False, soft_wrap=True)
     if scored.without_text:
-        err.print(f"[yellow]note:[/] {scored.without_text} labels without both texts were not scored", highlight=False)
+        without = f"{scored.without_text} labels without both texts were not scored"
+        err.print(tagged("note:", "yellow", without), soft_wrap=True)
     if out is not None:
         err.print(f"wrote {out}", highlight=False)
 

@@ -33,7 +33,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False, emoji=False)
+"""Messages carry input and error text (paths, ids, Redis keys): printed as they are, never read as rich
+markup (a `[/]` in a record's field made rich raise) or emoji codes (`dedup:lock:fence` showed a padlock).
+Styles go in through `tagged`."""
+
+
+def tagged(label: str, style: str, text: object) -> Text:
+    """One message: `label` in `style`, then `text` as it is."""
+    return Text.assemble((label, style), " ", str(text))
+
 
 # The options of the commands that change verdicts (`relink`, `review`), for files or for the service.
 StateOption = Annotated[
@@ -61,9 +70,9 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
                 + ("unknown setting (a typo?)" if e["type"] == "extra_forbidden" else e["msg"])
                 for e in exc.errors()
             )
-            err.print(f"[bold red]error:[/] invalid configuration: {problems}", highlight=False, soft_wrap=True)
+            err.print(tagged("error:", "bold red", f"invalid configuration: {problems}"), soft_wrap=True)
         except (OSError, ValueError, RuntimeError) as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(tagged("error:", "bold red", exc), soft_wrap=True)
         except KeyboardInterrupt:
             err.print(
                 "interrupted: outputs and state are saved up to the last document decided;"
@@ -130,7 +139,7 @@ def replay_report(summary: str, bad: list[str], quiet: bool) -> None:
     if not quiet:
         err.print(summary, highlight=False)
     for problem in bad[:10]:
-        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(tagged("skipped", "yellow", problem), soft_wrap=True)
 
 
 class PhaseProgress:

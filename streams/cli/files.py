@@ -17,6 +17,7 @@ from streams.cli.common import (
     parse_stages,
     progress_bar,
     replay_report,
+    tagged,
 )
 from streams.config import Settings
 from streams.core.model import Stage
@@ -79,7 +80,7 @@ def run_command(
 
         stats = run(settings, inputs, paths, on_progress=advance, force=force)
     for note in stats.notes:
-        err.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err.print(tagged("note:", "yellow", note), soft_wrap=True)
     if not quiet:
         err.print(stats.table())
         err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}", highlight=False)
@@ -155,7 +156,5 @@ def _replay_kafka(quiet: bool, batch: int, fresh: bool) -> None:
         quiet,
     )
     if stats.vectors_skipped:
-        err.print(
-            f"[yellow]warning:[/] {stats.vectors_skipped} canonical vectors not restored: set DEDUP_QDRANT_URL",
-            highlight=False,
-        )
+        skipped = f"{stats.vectors_skipped} canonical vectors not restored: set DEDUP_QDRANT_URL"
+        err.print(tagged("warning:", "yellow", skipped), soft_wrap=True)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors
+from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors, tagged
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.relink import Change, Cutoff, Pair
@@ -92,10 +92,10 @@ def relink_command(
         where = f"{settings.topics.links} and {settings.topics.deduped}"
     plan = result.plan
     if not quiet and plan.changes:
-        Console().print(_table(plan.changes, dry_run))
+        Console(markup=False, emoji=False).print(_table(plan.changes, dry_run))
     for refusal in plan.refused:
         other = f" (against {refusal.other})" if refusal.other else ""
-        err.print(f"[yellow]not changed:[/] {refusal.doc_id}{other}: {refusal.reason}", highlight=False, soft_wrap=True)
+        err.print(tagged("not changed:", "yellow", f"{refusal.doc_id}{other}: {refusal.reason}"), soft_wrap=True)
     unchanged = f", {len(plan.unchanged)} already as decided" if plan.unchanged else ""
     refused = f", {len(plan.refused)} not applied" if plan.refused else ""
     if dry_run:

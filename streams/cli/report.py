@@ -9,7 +9,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from streams.cli.common import app, err, one_line_errors
+from streams.cli.common import app, err, one_line_errors, tagged
 from streams.config import Settings
 
 SHOWN_BAD = 10
@@ -92,9 +92,9 @@ def _report(
         raise IsADirectoryError(f"--html {html} is a directory; give a file name")
     final = read_files(links) if links else read_topic(settings)
     for problem in final.bad[:SHOWN_BAD]:
-        err.print(f"[yellow]skipped[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(tagged("skipped", "yellow", problem), soft_wrap=True)
     if len(final.bad) > SHOWN_BAD:
-        err.print(f"[yellow]skipped[/] {len(final.bad) - SHOWN_BAD} more unreadable records", highlight=False)
+        err.print(tagged("skipped", "yellow", f"{len(final.bad) - SHOWN_BAD} more unreadable records"), soft_wrap=True)
     report = build_report(final, Period(chosen), factor, top, last)
     if html is not None:
         from streams.reporting.html import write_html
@@ -107,10 +107,10 @@ def _report(
 
         from streams.reporting.terminal import print_report
 
-        print_report(report, Console())
+        print_report(report, Console(markup=False, emoji=False))
     if html is not None:
         err.print(f"wrote {html}", highlight=False)
     if report.drift.alarm:
         alarms = ", ".join(m.label for m in report.drift.metrics if m.alarm)
-        err.print(f"[bold red]drift alarm:[/] {alarms}", highlight=False, soft_wrap=True)
+        err.print(tagged("drift alarm:", "bold red", alarms), soft_wrap=True)
     return report.drift.alarm

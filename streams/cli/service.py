@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.common import app, err, one_line_errors, progress_bar
+from streams.cli.common import app, err, one_line_errors, progress_bar, tagged
 from streams.config import Settings
 
 
@@ -100,6 +100,6 @@ def publish_command(
             highlight=False,
         )
     for problem in stats.rejected[:10]:
-        err.print(f"[yellow]rejected[/] {problem}", highlight=False, soft_wrap=True)
+        err.print(tagged("rejected", "yellow", problem), soft_wrap=True)
     if stats.failed:
         raise RuntimeError(f"{len(stats.failed)} records were not acknowledged; first: {stats.failed[0]}")
