@@ -29,6 +29,7 @@ import streams.runner.replay as file_replay
 from benchmarks.replay_speed import keys, link_records, produce
 from streams.config import Settings
 from streams.core.replay import restore
+from streams.evaluation.services import freeze
 from streams.evaluation.stack import Stack
 from streams.kafka.replay import read_links, replay_links
 from streams.records.output import read_link_record
@@ -225,4 +226,69 @@ def test_a_resumed_replay_numbers_records_without_seq_as_an_uninterrupted_one(st
     client.incrby(f"{prefix}vseq", 20)  # the next batch's numbers, drawn by a replay killed before it wrote them
     replay_links(settings, client, None, prefix=prefix, batch=20)
     assert _by_meaning(_state(client, prefix)) == _by_meaning(expected)
+    client.close()
+
+
+def _started(client: redis.Redis, checkpoint: str, replay: subprocess.Popen[bytes]) -> None:
+    """Wait until `replay` has restored a batch or more (its checkpoint is past "begun")."""
+    deadline = time.monotonic() + 120
+    while client.get(checkpoint) in (None, "begun") and replay.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert replay.poll() is None and client.get(checkpoint) not in (None, "begun"), "the replay did not get under way"
+
+
+def test_a_replay_started_while_another_restores_refuses_and_the_first_completes(stack: Stack) -> None:
+    """An operator runs `dedup replay` a second time (another terminal, a retried job): two replays taking
+    turns under the lease would write each other's checkpoints, and with --fresh one would clear what the
+    other restored. The second waits for the first's lease (a killed replay's expires) and then refuses."""
+    records = _publish(stack, LINKS)
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+    command = [sys.executable, "-m", "streams", "replay", "--batch", "2"]  # slow: still restoring when refused
+    env = {**os.environ, **stack.env()}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _started(client, f"{stack.name}:replay", first)
+        impatient = {**env, "DEDUP_WORKER__LOCK_TTL_S": "0.5"}  # it waits out a lease of its own lifetime, twice
+        second = subprocess.run([*command, "--fresh"], env=impatient, capture_output=True, text=True, timeout=120)
+        assert first.poll() is None, "the first replay ended before the second was refused: not a race"
+        assert second.returncode != 0
+        assert "another `dedup replay`" in " ".join(second.stderr.split()), second.stderr
+        assert first.wait(timeout=300) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert not client.exists(f"{stack.name}:replay")
+    assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
+    client.close()
+
+
+def test_a_replay_stalled_past_its_lease_stops_once_another_took_over(stack: Stack) -> None:
+    """A replay paused (SIGSTOP, a starved host) past its lease: a second one takes over and completes the
+    state. The first, resumed, must not write again: its checkpoint would tell the workers a replay is
+    still under way (they would wait for ever), and its batches would come after the second's."""
+    records = _publish(stack, LINKS)
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
+    env = {**os.environ, **stack.env()}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _started(client, f"{stack.name}:replay", first)
+        freeze(first)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr
+        assert not client.exists(f"{stack.name}:replay")
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(timeout=120) != 0
+        assert first.stderr is not None
+        assert "lost its lease" in " ".join(first.stderr.read().decode().split())
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
+            first.kill()
+    assert not client.exists(f"{stack.name}:replay")
+    assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
     client.close()

@@ -84,11 +84,12 @@ def test_a_replay_holds_the_workers_back_from_before_its_first_write(redis_url: 
     worker = RedisStateStore(client, prefix)
     _apply(worker, client, _batch("a"))
     restorer = Restorer(client, prefix, None, RetentionSettings(), lock_ttl_s=30)
-    restorer.begin()
-    assert restorer.checkpoint() is None  # nothing restored yet: it starts from the beginning
-    with pytest.raises(StateLost, match="replay"):
-        _apply(worker, client, _batch("b"))
-    restorer.done()
+    with restorer.owned():
+        restorer.begin()
+        assert restorer.checkpoint() is None  # nothing restored yet: it starts from the beginning
+        with pytest.raises(StateLost, match="replay"):
+            _apply(worker, client, _batch("b"))
+        restorer.done()
     _apply(worker, client, _batch("b"))
     assert worker.verdict_of("b") is not None
     client.close()

@@ -24,6 +24,15 @@ an interrupted replay run again restores only what comes after it; a replay that
 completes removes it. The checkpoint is written right after the batch's
 transaction, not inside it (`RedisStateStore.apply` takes no extra write): a kill
 between the two restores that batch again, which finds every link already there.
+
+One replay at a time: a replay holds a lease of its own (`{{prefix}replay}:lease`,
+renewed while it runs). Another waits out the lease (a killed replay's expires)
+and then refuses. Two taking turns would write each other's checkpoints, and
+`--fresh` would clear what the other restored. A replay stalled past its lease (a
+paused or starved host) may have been replaced: it checks that the lease is still
+its own under each batch's registration lease, before writing, and writes its
+checkpoint only while it is (one script on the checkpoint's slot). Otherwise it
+stops without another write (`ReplayLeaseLost`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,7 +59,7 @@ from streams.kafka.journal import read_to_end
 from streams.records.output import read_link_record
 from streams.runner.collector import rare_collections
 from streams.stores.batched import BatchedState
-from streams.stores.redis_lock import LeaseLost, RedisLock
+from streams.stores.redis_lock import LeaseLost, LockTimeout, RedisLock
 from streams.stores.redis_store import BUCKET_BITS, RedisStateStore
 
 BATCH = 2_000
@@ -254,6 +264,18 @@ def read_links(
 
 _BEGUN = "begun"
 """The checkpoint of a replay that has restored nothing yet."""
+_IF_OWNER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+return 1
+"""
+# KEYS: the replay's lease, its checkpoint (one slot: the lease's name hash-tags the checkpoint's); ARGV: the
+# lease's token, the checkpoint's new value ('' deletes it). Writes only while the lease is the caller's.
+
+
+class ReplayLeaseLost(RuntimeError):
+    """This replay's lease expired (a pause, a starved host) and another replay may have taken over: it stops
+    without writing again."""
 
 
 class ReplayState(BatchedState):
@@ -293,7 +315,51 @@ class Restorer:
         self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False, fence=self.state.fence)
         self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, fence=self.state.fence)
         """Renewed: the sweep checks its lease inside each script, not by WATCH."""
+        self._clear_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s)
+        """Not fenced: the state it clears may have lost its fence keys (a failover), and it deletes them."""
         self._checkpoint = self.state.checkpoint_key
+        self._own_key = f"{{{self._checkpoint}}}:lease"
+        """The replay's own lease, hash-tagged with its checkpoint's name: one slot, one script for both."""
+        self._own_lock = RedisLock(client, self._own_key, lock_ttl_s)
+        self._own_wait_s = 2 * lock_ttl_s
+        self._owner: str | None = None
+        self._if_owner = client.register_script(_IF_OWNER)
+
+    @contextmanager
+    def owned(self) -> Iterator[None]:
+        """This replay's lease, held (and renewed) for the block, which every write needs; RuntimeError in one
+        line while another replay's is renewed (waited out for twice its lifetime first: a killed replay's
+        expires)."""
+        with ExitStack() as held:
+            try:
+                lease = held.enter_context(self._own_lock.held(wait_s=self._own_wait_s))
+            except LockTimeout:
+                raise RuntimeError(
+                    f"another `dedup replay` is restoring this state ({self._own_key} is renewed: waited"
+                    f" {self._own_wait_s:.0f} s); wait for it to finish, then run this one if it is still needed"
+                ) from None
+            self._owner = lease.token
+            try:
+                yield
+            finally:
+                self._owner = None
+
+    def _own(self) -> None:
+        """ReplayLeaseLost unless this replay's lease is still its own."""
+        if self._owner is None or self._client.get(self._own_key) != self._owner:
+            raise self._lost()
+
+    def _set_checkpoint(self, value: str | bytes) -> None:
+        """The checkpoint set (or deleted, for ''), only while this replay's lease is its own."""
+        if self._owner is None or not self._if_owner(keys=[self._own_key, self._checkpoint], args=[self._owner, value]):
+            raise self._lost()
+
+    def _lost(self) -> ReplayLeaseLost:
+        return ReplayLeaseLost(
+            f"this replay lost its lease {self._own_key} (stopped or starved for longer than worker.lock_ttl_s)"
+            " and another replay may have taken over: it stopped without writing again; run `dedup replay`"
+            " again if none is running"
+        )
 
     def checkpoint(self) -> Order | None:
         """The order key of the last link an interrupted replay restored (None: start from the beginning)."""
@@ -302,13 +368,17 @@ class Restorer:
 
     def clear(self) -> None:
         """Start from nothing: the checkpoint back to "begun" (the workers keep waiting), then every other key of
-        the state deleted (`dedup replay --fresh`, for a state lost in part)."""
-        self._client.set(self._checkpoint, _BEGUN)
-        self.state.clear()
+        the state deleted (`dedup replay --fresh`, for a state lost in part). Under the registration lease: a
+        worker's batch in flight is written before, not across, the clear."""
+        with self._clear_lock.held():
+            self._own()
+            self._set_checkpoint(_BEGUN)
+            self.state.clear()
 
     def begin(self) -> None:
         """Mark the replay as under way before its first write, where no checkpoint is there yet: the
         workers write nothing from now until `done` (the store's "Lost")."""
+        self._own()
         self._client.set(self._checkpoint, _BEGUN, nx=True)
 
     def done(self) -> None:
@@ -317,16 +387,17 @@ class Restorer:
         replay checks every link again)."""
         while True:
             with self._sweep_lock.held() as lease:
+                self._own()
                 if self.state.sweep(SWEEP_LIMIT, lease).done:
                     break
-        self._client.delete(self._checkpoint)
+        self._set_checkpoint("")
 
     def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool]:
         """Restore `batch` (in decision order); then store `last` as the checkpoint.
         Returns, per link, whether it was restored (False: it was there already)."""
         done = self._restore(batch)
         if last is not None:
-            self._client.set(self._checkpoint, orjson.dumps(last))
+            self._set_checkpoint(orjson.dumps(last))
         return done
 
     def _restore(self, batch: list[Recorded]) -> list[bool]:
@@ -338,6 +409,7 @@ class Restorer:
         )
         try:
             with self._lock.held() as lease:
+                self._own()  # under the registration lease: a replay that took over waits for it to write
                 self._batched.warm(reads)
                 self._batched.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
                 done = [restore(r, self._batched, self._vectors, self._retention) for r in batch]
@@ -372,41 +444,43 @@ def replay_links(
     restorer = Restorer(
         client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s, settings.redis_bucket_bits
     )
-    try:
-        if fresh:
-            restorer.clear()
-        resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
-        restorer.begin()
-    except redis.RedisError as exc:
-        raise RuntimeError(f"cannot reach Redis: {exc}") from None
-    stats = KafkaReplayStats()
-    latest = read_links(settings, stats, progress)
-    try:
-        if resume_at is not None:
-            stats.resumed = latest.count_through(resume_at)
-        if progress is not None:
-            progress.start("restoring state", stats.documents - stats.resumed)
-        position = stats.resumed
-        with rare_collections():
-            for chunk in _batches(latest.ordered(resume_at), batch):
-                records = []
-                for _, record in chunk:
-                    recorded = read_link_record(record)
-                    position += 1
-                    records.append(_numbered(recorded, position))
-                for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
-                    if vectors is None and recorded.vector is not None and recorded.link.verdict.canonical:
-                        stats.vectors_skipped += restored
-                    stats.restored += restored
-                    stats.already_there += not restored
-                if progress is not None:
-                    progress.advance(len(chunk))
-        restorer.done()
-    except redis.ConnectionError as exc:
-        raise RuntimeError(f"lost Redis while restoring (run again to resume): {exc}") from None
-    finally:
-        latest.close()
-    return stats
+    with ExitStack() as held:
+        try:
+            held.enter_context(restorer.owned())  # before anything is written: one replay at a time
+            if fresh:
+                restorer.clear()
+            resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
+            restorer.begin()
+        except redis.RedisError as exc:
+            raise RuntimeError(f"cannot reach Redis: {exc}") from None
+        stats = KafkaReplayStats()
+        latest = read_links(settings, stats, progress)
+        try:
+            if resume_at is not None:
+                stats.resumed = latest.count_through(resume_at)
+            if progress is not None:
+                progress.start("restoring state", stats.documents - stats.resumed)
+            position = stats.resumed
+            with rare_collections():
+                for chunk in _batches(latest.ordered(resume_at), batch):
+                    records = []
+                    for _, record in chunk:
+                        recorded = read_link_record(record)
+                        position += 1
+                        records.append(_numbered(recorded, position))
+                    for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
+                        if vectors is None and recorded.vector is not None and recorded.link.verdict.canonical:
+                            stats.vectors_skipped += restored
+                        stats.restored += restored
+                        stats.already_there += not restored
+                    if progress is not None:
+                        progress.advance(len(chunk))
+            restorer.done()
+        except redis.ConnectionError as exc:
+            raise RuntimeError(f"lost Redis while restoring (run again to resume): {exc}") from None
+        finally:
+            latest.close()
+        return stats
 
 
 def _numbered(recorded: Recorded, position: int) -> Recorded:
