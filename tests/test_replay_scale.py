@@ -292,3 +292,34 @@ def test_a_replay_stalled_past_its_lease_stops_once_another_took_over(stack: Sta
     assert not client.exists(f"{stack.name}:replay")
     assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
     client.close()
+
+
+def test_a_replay_whose_lease_lapsed_while_no_other_ran_goes_on(stack: Stack) -> None:
+    """A loaded host may starve the lease's renewal past its lifetime: with no other replay started meanwhile
+    (the lease free, the checkpoint the one it wrote last) the replay takes its lease again and completes."""
+    records = _publish(stack, LINKS)
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
+    replay = subprocess.Popen(
+        command, env={**os.environ, **stack.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _started(client, f"{stack.name}:replay", replay)
+        freeze(replay)
+        lease = f"{{{stack.name}:replay}}:lease"
+        deadline = time.monotonic() + 60
+        while client.exists(lease) and time.monotonic() < deadline:  # expires: settings.worker.lock_ttl_s
+            time.sleep(0.1)
+        assert not client.exists(lease)
+        replay.send_signal(signal.SIGCONT)
+        _, errors = replay.communicate(timeout=300)
+        assert replay.returncode == 0, errors.decode()
+    finally:
+        if replay.poll() is None:
+            replay.send_signal(signal.SIGCONT)
+            replay.kill()
+    assert not client.exists(f"{stack.name}:replay")
+    assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
+    client.close()

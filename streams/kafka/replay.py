@@ -29,10 +29,11 @@ One replay at a time: a replay holds a lease of its own (`{{prefix}replay}:lease
 renewed while it runs). Another waits out the lease (a killed replay's expires)
 and then refuses. Two taking turns would write each other's checkpoints, and
 `--fresh` would clear what the other restored. A replay stalled past its lease (a
-paused or starved host) may have been replaced: it checks that the lease is still
-its own under each batch's registration lease, before writing, and writes its
-checkpoint only while it is (one script on the checkpoint's slot). Otherwise it
-stops without another write (`ReplayLeaseLost`).
+paused or starved host) may have been replaced: under each batch's registration
+lease, before writing, and with each checkpoint it writes, one script on the
+checkpoint's slot finds the lease its own, or free with the checkpoint as this
+replay left it (a lapse no other replay used: the lease is taken again). Otherwise
+it stops without another write (`ReplayLeaseLost`).
 """
 
 from __future__ import annotations
@@ -264,13 +265,19 @@ def read_links(
 
 _BEGUN = "begun"
 """The checkpoint of a replay that has restored nothing yet."""
-_IF_OWNER = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+_HOLD = """
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+end
 if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
 return 1
 """
 # KEYS: the replay's lease, its checkpoint (one slot: the lease's name hash-tags the checkpoint's); ARGV: the
-# lease's token, the checkpoint's new value ('' deletes it). Writes only while the lease is the caller's.
+# lease's token, the checkpoint's new value ('' deletes it), the value it wrote last, the lease's time to live
+# in ms. Writes only while the lease is the caller's, or free with the checkpoint as the caller left it (a lapse
+# no other replay used: taken again); 0 otherwise.
 
 
 class ReplayLeaseLost(RuntimeError):
@@ -323,7 +330,10 @@ class Restorer:
         self._own_lock = RedisLock(client, self._own_key, lock_ttl_s)
         self._own_wait_s = 2 * lock_ttl_s
         self._owner: str | None = None
-        self._if_owner = client.register_script(_IF_OWNER)
+        self._written: str | None = None
+        """The checkpoint as this replay found or wrote it last: its mark on the state while its lease lapses."""
+        self._hold_script = client.register_script(_HOLD)
+        self._ttl_ms = int(lock_ttl_s * 1000)
 
     @contextmanager
     def owned(self) -> Iterator[None]:
@@ -345,14 +355,18 @@ class Restorer:
                 self._owner = None
 
     def _own(self) -> None:
-        """ReplayLeaseLost unless this replay's lease is still its own."""
-        if self._owner is None or self._client.get(self._own_key) != self._owner:
-            raise self._lost()
+        """ReplayLeaseLost unless this replay's lease is still its own (or free, the checkpoint as it left it:
+        then its own again)."""
+        self._hold(self._written or "")
 
-    def _set_checkpoint(self, value: str | bytes) -> None:
-        """The checkpoint set (or deleted, for ''), only while this replay's lease is its own."""
-        if self._owner is None or not self._if_owner(keys=[self._own_key, self._checkpoint], args=[self._owner, value]):
+    def _hold(self, value: str) -> None:
+        """The checkpoint set to `value` ('' deletes it) under this replay's lease, else ReplayLeaseLost."""
+        if self._owner is None:
             raise self._lost()
+        args = [self._owner, value, self._written or "", self._ttl_ms]
+        if not self._hold_script(keys=[self._own_key, self._checkpoint], args=args):
+            raise self._lost()
+        self._written = value or None
 
     def _lost(self) -> ReplayLeaseLost:
         return ReplayLeaseLost(
@@ -371,15 +385,14 @@ class Restorer:
         the state deleted (`dedup replay --fresh`, for a state lost in part). Under the registration lease: a
         worker's batch in flight is written before, not across, the clear."""
         with self._clear_lock.held():
-            self._own()
-            self._set_checkpoint(_BEGUN)
+            self._hold(_BEGUN)
             self.state.clear()
 
     def begin(self) -> None:
         """Mark the replay as under way before its first write, where no checkpoint is there yet: the
         workers write nothing from now until `done` (the store's "Lost")."""
-        self._own()
-        self._client.set(self._checkpoint, _BEGUN, nx=True)
+        self._written = self._client.get(self._checkpoint)
+        self._hold(self._written or _BEGUN)
 
     def done(self) -> None:
         """The replay completed: the sweep's pass for the clock's day completed, as the workers complete it
@@ -390,14 +403,14 @@ class Restorer:
                 self._own()
                 if self.state.sweep(SWEEP_LIMIT, lease).done:
                     break
-        self._set_checkpoint("")
+        self._hold("")
 
     def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool]:
         """Restore `batch` (in decision order); then store `last` as the checkpoint.
         Returns, per link, whether it was restored (False: it was there already)."""
         done = self._restore(batch)
         if last is not None:
-            self._set_checkpoint(orjson.dumps(last))
+            self._hold(orjson.dumps(last).decode())
         return done
 
     def _restore(self, batch: list[Recorded]) -> list[bool]:
