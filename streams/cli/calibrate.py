@@ -9,10 +9,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import app, err, one_line_errors, tagged
+from streams.cli.common import app, err, one_line_errors, out_console, tagged
 
 if TYPE_CHECKING:
     from streams.calibration.fit import Fit
@@ -23,7 +22,6 @@ calibrate_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(calibrate_app, name="calibrate")
-out_console = Console(markup=False, emoji=False)  # tables of input text: as it is (`err`)
 
 ConfigOption = Annotated[
     Path | None, typer.Option(help="TOML configuration file \\[env: DEDUP_CONFIG].", exists=True, dir_okay=False)

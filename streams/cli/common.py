@@ -37,6 +37,8 @@ err = Console(stderr=True, markup=False, emoji=False)
 """Messages carry input and error text (paths, ids, Redis keys): printed as they are, never read as rich
 markup (a `[/]` in a record's field made rich raise) or emoji codes (`dedup:lock:fence` showed a padlock).
 Styles go in through `tagged`."""
+out_console = Console(markup=False, emoji=False)
+"""Results on stdout (tables, reports): input text as it is, as on `err`."""
 
 
 def tagged(label: str, style: str, text: object) -> Text:

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated, cast
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors, tagged
+from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_errors, out_console, tagged
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.relink import Change, Cutoff, Pair
@@ -92,7 +91,7 @@ def relink_command(
         where = f"{settings.topics.links} and {settings.topics.deduped}"
     plan = result.plan
     if not quiet and plan.changes:
-        Console(markup=False, emoji=False).print(_table(plan.changes, dry_run))
+        out_console.print(_table(plan.changes, dry_run))
     for refusal in plan.refused:
         other = f" (against {refusal.other})" if refusal.other else ""
         err.print(tagged("not changed:", "yellow", f"{refusal.doc_id}{other}: {refusal.reason}"), soft_wrap=True)

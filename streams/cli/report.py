@@ -9,7 +9,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from streams.cli.common import app, err, one_line_errors, tagged
+from streams.cli.common import app, err, one_line_errors, out_console, tagged
 from streams.config import Settings
 
 SHOWN_BAD = 10
@@ -103,11 +103,9 @@ def _report(
     if json_output:
         typer.echo(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode())
     else:
-        from rich.console import Console
-
         from streams.reporting.terminal import print_report
 
-        print_report(report, Console(markup=False, emoji=False))
+        print_report(report, out_console)
     if html is not None:
         err.print(f"wrote {html}", highlight=False)
     if report.drift.alarm:
