@@ -207,6 +207,7 @@ _GROUP_DAY = 1 << 16
 _TAGS = 256
 """Hash tags (slot groups) the buckets of every family share: `{00}` to `{ff}`, spread over a cluster's masters."""
 _TAG_HEX = [f"{tag:02x}" for tag in range(_TAGS)]
+"""Each tag as key names spell it: every name is made from this list."""
 _SWEEP_BUCKETS = 1024
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 5_000
@@ -617,7 +618,7 @@ class RedisStateStore:
         self._singletons = (self._seq, self._vseq, self._clock, self._cursor, self._languages)
         """The keys of no slot group but the layout marker (their presence without it: an older layout)."""
         self._layout_checked = False
-        self._fences = [f"{prefix}lock:fence:{{{t:02x}}}" for t in range(_TAGS)]
+        self._fences = [f"{prefix}lock:fence:{{{tag}}}" for tag in _TAG_HEX]
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self._fence_of = dict(zip(_TAG_HEX, self._fences, strict=True))
         """Each fence key by its slot group's tag."""
