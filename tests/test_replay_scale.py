@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,39 @@ def _by_meaning(state: dict[str, Any]) -> dict[str, Any]:
     return meaning
 
 
+def _published(stack: Stack) -> tuple[redis.Redis, dict[str, Any]]:
+    """`LINKS` documents' links on the stack's topic; a client, and the state restoring them one at a time leaves."""
+    records = _publish(stack, LINKS)
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    return client, _reference(records, client, f"{stack.name}-reference:", stack.settings())
+
+
+def _replay(stack: Stack, batch: int) -> tuple[list[str], dict[str, str]]:
+    """`dedup replay --batch N` on the stack: the command and its environment."""
+    return [sys.executable, "-m", "streams", "replay", "--batch", str(batch)], {**os.environ, **stack.env()}
+
+
+@contextmanager
+def _background(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`command` running while the block runs (stderr piped); killed, continued first, if still running after."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+
+
+def _started(client: redis.Redis, checkpoint: str, replay: subprocess.Popen[bytes]) -> None:
+    """Wait until `replay` has restored a batch or more (its checkpoint, set to "begun" before the first write,
+    then to the last link of each batch restored)."""
+    deadline = time.monotonic() + 120
+    while client.get(checkpoint) in (None, "begun") and replay.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert replay.poll() is None and client.get(checkpoint) not in (None, "begun"), "the replay did not get under way"
+
+
 def test_a_batched_replay_gives_the_state_of_one_link_at_a_time(stack: Stack) -> None:
     records = _publish(stack, LINKS)
     settings = stack.settings()
@@ -119,21 +153,14 @@ def test_a_batched_replay_gives_the_state_of_one_link_at_a_time(stack: Stack) ->
 
 
 def test_a_killed_replay_run_again_resumes_and_ends_in_the_same_state(stack: Stack) -> None:
-    records = _publish(stack, LINKS)
-    settings = stack.settings()
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    expected = _reference(records, client, f"{stack.name}-reference:", settings)
+    client, expected = _published(stack)
     checkpoint = f"{stack.name}:replay"
-    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
-    env = {**os.environ, **stack.env()}
+    command, env = _replay(stack, batch=20)
 
-    replay = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    # Set to "begun" before the first write, then to the last link of each batch restored.
-    while client.get(checkpoint) in (None, "begun") and replay.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    replay.send_signal(signal.SIGKILL)
-    replay.wait(timeout=30)
+    with _background(command, env) as replay:
+        _started(client, checkpoint, replay)
+        replay.send_signal(signal.SIGKILL)
+        replay.wait(timeout=30)
     assert client.exists(checkpoint), "the replay was not stopped part of the way through"
     part = _state(client, f"{stack.name}:")
     assert any(name.startswith("v:") for name in part) and part != expected
@@ -229,26 +256,13 @@ def test_a_resumed_replay_numbers_records_without_seq_as_an_uninterrupted_one(st
     client.close()
 
 
-def _started(client: redis.Redis, checkpoint: str, replay: subprocess.Popen[bytes]) -> None:
-    """Wait until `replay` has restored a batch or more (its checkpoint is past "begun")."""
-    deadline = time.monotonic() + 120
-    while client.get(checkpoint) in (None, "begun") and replay.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert replay.poll() is None and client.get(checkpoint) not in (None, "begun"), "the replay did not get under way"
-
-
 def test_a_replay_started_while_another_restores_refuses_and_the_first_completes(stack: Stack) -> None:
     """An operator runs `dedup replay` a second time (another terminal, a retried job): two replays taking
     turns under the lease would write each other's checkpoints, and with --fresh one would clear what the
     other restored. The second waits for the first's lease (a killed replay's expires) and then refuses."""
-    records = _publish(stack, LINKS)
-    settings = stack.settings()
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    expected = _reference(records, client, f"{stack.name}-reference:", settings)
-    command = [sys.executable, "-m", "streams", "replay", "--batch", "2"]  # slow: still restoring when refused
-    env = {**os.environ, **stack.env()}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
+    client, expected = _published(stack)
+    command, env = _replay(stack, batch=2)  # slow: still restoring when refused
+    with _background(command, env) as first:
         _started(client, f"{stack.name}:replay", first)
         impatient = {**env, "DEDUP_WORKER__LOCK_TTL_S": "0.5"}  # it waits out a lease of its own lifetime, twice
         second = subprocess.run([*command, "--fresh"], env=impatient, capture_output=True, text=True, timeout=120)
@@ -256,9 +270,6 @@ def test_a_replay_started_while_another_restores_refuses_and_the_first_completes
         assert second.returncode != 0
         assert "another `dedup replay`" in " ".join(second.stderr.split()), second.stderr
         assert first.wait(timeout=300) == 0
-    finally:
-        if first.poll() is None:
-            first.kill()
     assert not client.exists(f"{stack.name}:replay")
     assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
     client.close()
@@ -268,14 +279,9 @@ def test_a_replay_stalled_past_its_lease_stops_once_another_took_over(stack: Sta
     """A replay paused (SIGSTOP, a starved host) past its lease: a second one takes over and completes the
     state. The first, resumed, must not write again: its checkpoint would tell the workers a replay is
     still under way (they would wait for ever), and its batches would come after the second's."""
-    records = _publish(stack, LINKS)
-    settings = stack.settings()
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    expected = _reference(records, client, f"{stack.name}-reference:", settings)
-    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
-    env = {**os.environ, **stack.env()}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
+    client, expected = _published(stack)
+    command, env = _replay(stack, batch=20)
+    with _background(command, env) as first:
         _started(client, f"{stack.name}:replay", first)
         freeze(first)
         second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -285,10 +291,6 @@ def test_a_replay_stalled_past_its_lease_stops_once_another_took_over(stack: Sta
         assert first.wait(timeout=120) != 0
         assert first.stderr is not None
         assert "lost its lease" in " ".join(first.stderr.read().decode().split())
-    finally:
-        if first.poll() is None:
-            first.send_signal(signal.SIGCONT)
-            first.kill()
     assert not client.exists(f"{stack.name}:replay")
     assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
     client.close()
@@ -297,15 +299,8 @@ def test_a_replay_stalled_past_its_lease_stops_once_another_took_over(stack: Sta
 def test_a_replay_whose_lease_lapsed_while_no_other_ran_goes_on(stack: Stack) -> None:
     """A loaded host may starve the lease's renewal past its lifetime: with no other replay started meanwhile
     (the lease free, the checkpoint the one it wrote last) the replay takes its lease again and completes."""
-    records = _publish(stack, LINKS)
-    settings = stack.settings()
-    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    expected = _reference(records, client, f"{stack.name}-reference:", settings)
-    command = [sys.executable, "-m", "streams", "replay", "--batch", "20"]
-    replay = subprocess.Popen(
-        command, env={**os.environ, **stack.env()}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
+    client, expected = _published(stack)
+    with _background(*_replay(stack, batch=20)) as replay:
         _started(client, f"{stack.name}:replay", replay)
         freeze(replay)
         lease = f"{{{stack.name}:replay}}:lease"
@@ -316,10 +311,6 @@ def test_a_replay_whose_lease_lapsed_while_no_other_ran_goes_on(stack: Stack) ->
         replay.send_signal(signal.SIGCONT)
         _, errors = replay.communicate(timeout=300)
         assert replay.returncode == 0, errors.decode()
-    finally:
-        if replay.poll() is None:
-            replay.send_signal(signal.SIGCONT)
-            replay.kill()
     assert not client.exists(f"{stack.name}:replay")
     assert _by_meaning(_state(client, f"{stack.name}:")) == _by_meaning(expected)
     client.close()
