@@ -104,7 +104,9 @@ from streams.core.ports import Reads
 from streams.core.replay import restore
 from streams.evaluation.corpus import data_dir, mrpc_pairs, ntrex_documents
 from streams.evaluation.services import local_redis
-from streams.features.simhash import bands, char_simhash, hamming, word_simhash
+from streams.features.bands import FOUR_BY_16, BandLayout
+from streams.features.bands import LAYOUTS as BAND_LAYOUTS
+from streams.features.simhash import char_simhash, hamming, word_simhash
 from streams.records.article import Featurizer, Rejection, format_timestamp
 from streams.records.output import read_link_record
 from streams.records.schemas import LINK, validator
@@ -273,12 +275,16 @@ INDEXES = {
     "3of6": Index("3of6", 6, 3),
     "4x16/day": Index("4x16/day", 4, 1, per_day=True),
 }
-LAYOUTS = {
+BENCH_LAYOUTS = {
     name: Layout(name, INDEXES[name.removesuffix("+p1")], name.endswith("+p1"))
-    for name in ("4x16", "2of5", "2of5+p1", "2of6", "3of6", "3of6+p1", "4x16/day")
+    for name in ("2of5", "2of5+p1", "2of6", "3of6", "3of6+p1", "4x16/day")
 }
-BASELINE = "4x16"
-DEFAULT_LAYOUTS = "4x16,2of5,2of5+p1,3of6+p1,4x16/day"
+"""Band indexes measured beside the product's, not in it."""
+PRODUCT_LAYOUTS = BAND_LAYOUTS
+"""The product's band layouts (`simhash.bands`), measured in its own stores."""
+BASELINE = FOUR_BY_16.name
+CHOICES = [*PRODUCT_LAYOUTS, *BENCH_LAYOUTS]
+DEFAULT_LAYOUTS = ",".join(PRODUCT_LAYOUTS)
 
 
 def table_keys(simhashes: np.ndarray, table: list[tuple[int, int]]) -> np.ndarray:
@@ -329,21 +335,23 @@ def _register(state: Any, fps: np.ndarray, start: int, stop: int, per_day: int) 
         stamp = int(published(i, per_day))
         language = LANGUAGES[int(fps[i, 1])]
         _stamped(state.exact_claim, list(keys), doc_id, published_at=stamp)
-        _stamped(state.add_canonical, doc_id, simhash, language, bands(simhash), published_at=stamp)
+        keys = state.band_layout.keys(simhash)
+        _stamped(state.add_canonical, doc_id, simhash, language, keys, published_at=stamp)
         state.record_verdict(_link(doc_id, content, stamp))
 
 
-class RedisBaseline:
-    """Today's layout in `RedisStateStore`, written as the service writes (`BatchedState.flush` under a lease)."""
+class RedisProduct:
+    """A band layout of the product in `RedisStateStore`, written as the service writes (`BatchedState.flush`
+    under a lease)."""
 
-    name = BASELINE
     store = "redis"
 
-    def __init__(self, client: redis.Redis, prefix: str, per_day: int) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, per_day: int, band_layout: BandLayout) -> None:
         self.client = client
         self.prefix = prefix
         self.per_day = per_day
-        self.state = RedisStateStore(client, prefix)
+        self.name = band_layout.name
+        self.state = RedisStateStore(client, prefix, band_layout=band_layout)
         self.lease = RedisLock(client, f"{prefix}lease", ttl_s=3_600, renew=False).acquire()
 
     def grow(self, fps: np.ndarray, start: int, stop: int) -> None:
@@ -353,24 +361,28 @@ class RedisBaseline:
             batched.flush(self.lease)
 
     def read(self, sims: np.ndarray, langs: np.ndarray, now: int) -> list[int]:
-        queries = [(LANGUAGES[int(lang)], bands(int(sim))) for sim, lang in zip(sims, langs, strict=True)]
-        return [len(found) for found in self.state.band_candidates_many(queries)]
+        return [len(found) for found in self._found(sims, langs)]
 
     def seqs(self, sims: np.ndarray, langs: np.ndarray, now: int) -> list[set[int]]:
-        queries = [(LANGUAGES[int(lang)], bands(int(sim))) for sim, lang in zip(sims, langs, strict=True)]
-        return [{c.seq for c in found} for found in self.state.band_candidates_many(queries)]
+        return [{c.seq for c in found} for found in self._found(sims, langs)]
+
+    def _found(self, sims: np.ndarray, langs: np.ndarray) -> list[list[Canonical]]:
+        keys = self.state.band_layout.keys
+        queries = [(LANGUAGES[int(lang)], keys(int(sim))) for sim, lang in zip(sims, langs, strict=True)]
+        return self.state.band_candidates_many(queries)
 
 
-class SqliteBaseline:
-    """Today's layout in `SqliteStateStore`, written as the file runner writes (`commit` per 100,000)."""
+class SqliteProduct:
+    """A band layout of the product in `SqliteStateStore`, written as the file runner writes (`commit` per
+    100,000)."""
 
-    name = BASELINE
     store = "sqlite"
 
-    def __init__(self, path: Path, per_day: int) -> None:
+    def __init__(self, path: Path, per_day: int, band_layout: BandLayout) -> None:
         self.path = path
         self.per_day = per_day
-        self.state = SqliteStateStore(path)
+        self.name = band_layout.name
+        self.state = SqliteStateStore(path, band_layout=band_layout)
 
     def grow(self, fps: np.ndarray, start: int, stop: int) -> None:
         for first in range(start, stop, WRITE_BATCH):
@@ -390,10 +402,10 @@ class SqliteBaseline:
         return [{c.seq for c in found} for found in self._found(sims, langs)]
 
     def _found(self, sims: np.ndarray, langs: np.ndarray) -> list[list[Canonical]]:
-        queries = [(LANGUAGES[int(lang)], bands(int(sim))) for sim, lang in zip(sims, langs, strict=True)]
+        keys = self.state.band_layout.keys
+        queries = [(LANGUAGES[int(lang)], keys(int(sim))) for sim, lang in zip(sims, langs, strict=True)]
         self.state.warm(Reads([], [], queries))
-        found = [self.state.band_candidates(language, query) for language, query in queries]
-        return found
+        return [self.state.band_candidates(language, query) for language, query in queries]
 
     def forget(self) -> None:
         """Drop what `warm` loaded (the runner commits between chunks), outside the timings."""
@@ -608,19 +620,23 @@ class BenchIndex:
 
 
 class ProductBands(BenchIndex):
-    """The product's own band family (`b:{language}:{band}:{value >> 6}`, field = the band value), written in bulk."""
+    """The product's own band family in its layout (`b:{t}{language}:{table}:{key >> shift}`, field = the rest of
+    the key: `RedisStateStore._band_entries`), written in bulk."""
 
     def __init__(self, client: redis.Redis, store: RedisStateStore, records: Records) -> None:
         super().__init__(client, INDEXES[BASELINE], "", records, bucket_target=1, per_day=1)
         self.store = store
-        self.field_bits = [6] * 4  # the bucket: value >> 6
-        self.bucket_bits = [10] * 4
+        layout = store.band_layout
+        self.tables = [[(8 * byte, 8) for byte in table] for table in layout.tables]
+        self.key_bits = [layout.key_bits] * len(self.tables)
+        self.field_bits = [store._band_shift] * len(self.tables)  # the bucket: key >> shift
+        self.bucket_bits = [bits - store._band_shift for bits in self.key_bits]
 
     def _name(self, table: int, language: str, day: int, bucket: int) -> str:
-        return self.store._band_keys(language, [bucket << 6] * 4)[table]
+        return self.store._band_bucket(language, table, bucket)
 
     def _fields(self, keys: np.ndarray, table: int) -> np.ndarray:
-        return keys
+        return keys & np.uint64(self.store._band_field)
 
 
 class ProductBulk:
@@ -629,11 +645,11 @@ class ProductBulk:
     second on this shared VM, too slow for 10M. Used past --public-max, once `verify_bulk` has found it
     writes, key for key and byte for byte, what the public path wrote up to there."""
 
-    def __init__(self, client: redis.Redis, prefix: str, per_day: int) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, per_day: int, band_layout: BandLayout = FOUR_BY_16) -> None:
         self.client = client
         self.prefix = prefix
         self.per_day = per_day
-        self.store = RedisStateStore(client, prefix)
+        self.store = RedisStateStore(client, prefix, band_layout=band_layout)
         self.records = Records(client, prefix, per_day, self.store._entries_key)
         self.bands = ProductBands(client, self.store, self.records)
 
@@ -678,10 +694,12 @@ def dump(client: redis.Redis, prefix: str) -> dict[str, Any]:
     }
 
 
-def verify_bulk(client: redis.Redis, prefix: str, fps: np.ndarray, count: int, per_day: int) -> None:
+def verify_bulk(
+    client: redis.Redis, prefix: str, fps: np.ndarray, count: int, per_day: int, band_layout: BandLayout
+) -> None:
     """Refuse to go on when `ProductBulk` would write other keys or values than the public path wrote under `prefix`."""
     check = f"{PREFIX}check:"
-    ProductBulk(client, check, per_day).grow(fps, 0, count)
+    ProductBulk(client, check, per_day, band_layout).grow(fps, 0, count)
     public, bulk = dump(client, prefix), dump(client, check)
     _delete(client, check)
     if public != bulk:
@@ -693,7 +711,10 @@ def verify_bulk(client: redis.Redis, prefix: str, fps: np.ndarray, count: int, p
             f"the bulk writer differs from the public path in key families {differ}: the store's encoding"
             " changed; run with --public-max at least --canonicals (slow) or update ProductBulk"
         )
-    say(f"bulk writer checked: the same {len(public):,} keys and values as the public path at {count:,} canonicals")
+    say(
+        f"bulk writer checked ({band_layout.name}): the same {len(public):,} keys and values as the public path at"
+        f" {count:,} canonicals"
+    )
 
 
 # ----------------------------------------------------------------------------- recall on real near-duplicates
@@ -780,10 +801,10 @@ def links_file(path: Path, fps: np.ndarray, count: int, per_day: int) -> None:
             out.write(orjson.dumps(record) + b"\n")
 
 
-def replay_rate(client: redis.Redis, path: Path, prefix: str) -> tuple[int, float]:
+def replay_rate(client: redis.Redis, path: Path, prefix: str, band_layout: BandLayout) -> tuple[int, float]:
     """Links restored a second from the file into a fresh RedisStateStore: `read_link_record` and `restore`
     per line, what `dedup replay` does for each record of dedup.links. Its keys are deleted afterwards."""
-    state = RedisStateStore(client, prefix)
+    state = RedisStateStore(client, prefix, band_layout=band_layout)
     restored = 0
     started = time.perf_counter()
     with path.open("rb") as lines:
@@ -866,7 +887,9 @@ def redis_server(url: str | None, folder: Path) -> Iterator[str]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings()
-    chosen = [LAYOUTS[name] for name in args.layouts.split(",")]
+    names = args.layouts.split(",")
+    products = [PRODUCT_LAYOUTS[name] for name in dict.fromkeys([BASELINE, *names]) if name in PRODUCT_LAYOUTS]
+    chosen = [BENCH_LAYOUTS[name] for name in names if name in BENCH_LAYOUTS]
     points = sorted({p for p in map(int, args.points.split(",")) if p < args.canonicals} | {args.canonicals})
     fps = fingerprints(args.canonicals, args.seed, args.jobs)
     queries = fingerprints(QUERY_BATCH * args.batches, args.seed + 1, args.jobs)
@@ -881,33 +904,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=600)
         replay_links = min(args.replay_links, args.canonicals)
         links_file(folder / "links.jsonl", fps, replay_links, args.per_day)
-        restored, replay_per_s = replay_rate(client, folder / "links.jsonl", f"{PREFIX}replay:")
-        say(f"replay: {restored:,} links restored into Redis, {replay_per_s:,.0f} a second")
+        replays = {}
+        for layout in products:
+            restored, replays[layout.name] = replay_rate(client, folder / "links.jsonl", f"{PREFIX}replay:", layout)
+            say(f"replay ({layout.name}): {restored:,} links restored into Redis, {replays[layout.name]:,.0f} a second")
 
-        bench_indexes = {layout.index.name for layout in chosen if layout.name != BASELINE}
-        recalls = _recalls(client, folder, pairs, chosen, bench_indexes, args)
-        base = RedisBaseline(client, f"{PREFIX}base:", args.per_day)
-        sqlite = None if args.skip_sqlite else SqliteBaseline(folder / "state.sqlite3", args.per_day)
+        bench_indexes = {layout.index.name for layout in chosen}
+        recalls = _recalls(client, folder, pairs, products, chosen, bench_indexes, args)
+        redis_states = {
+            layout.name: RedisProduct(client, f"{PREFIX}{layout.name}:", args.per_day, layout) for layout in products
+        }
+        sqlites = {
+            layout.name: SqliteProduct(folder / f"state-{layout.name}.sqlite3", args.per_day, layout)
+            for layout in ([] if args.skip_sqlite else products)
+        }
+        bulks = {
+            name: ProductBulk(client, state.prefix, args.per_day, state.state.band_layout)
+            for name, state in redis_states.items()
+        }
         records = Records(client, f"{PREFIX}rec:", args.per_day)
         indexes = {
             name: BenchIndex(client, INDEXES[name], f"{PREFIX}{name}:", records, args.bucket_target, args.per_day)
             for name in sorted(bench_indexes)
         }
-        bulk = ProductBulk(client, base.prefix, args.per_day)
-        grown: dict[str, int] = dict.fromkeys(["base", "records", *indexes], 0)
+        grown: dict[str, int] = dict.fromkeys([*redis_states, "records", *indexes], 0)
         edges = {*points, *range(0, args.canonicals, GROW_SLICE), args.public_max, args.sqlite_max}
         edges = sorted(edge for edge in edges if 0 <= edge <= args.canonicals)
         measured = 0
         for first, last in itertools.pairwise(edges):
-            started = time.perf_counter()
-            grown["base"] += _growth(client, (base if last <= args.public_max else bulk).grow, fps, first, last)
-            took = {"redis": time.perf_counter() - started}
-            if last == args.public_max < args.canonicals:
-                verify_bulk(client, base.prefix, fps, last, args.per_day)
-            if sqlite is not None and last <= args.sqlite_max:
+            took = {}
+            for name, state in redis_states.items():
                 started = time.perf_counter()
-                sqlite.grow(fps, first, last)
-                took["sqlite"] = time.perf_counter() - started
+                write = (state if last <= args.public_max else bulks[name]).grow
+                grown[name] += _growth(client, write, fps, first, last)
+                took[f"redis {name}"] = time.perf_counter() - started
+                if last == args.public_max < args.canonicals:
+                    verify_bulk(client, state.prefix, fps, last, args.per_day, state.state.band_layout)
+            for name, sqlite in sqlites.items():
+                if last <= args.sqlite_max:
+                    started = time.perf_counter()
+                    sqlite.grow(fps, first, last)
+                    took[f"sqlite {name}"] = time.perf_counter() - started
             if indexes:
                 grown["records"] += _growth(client, records.grow, fps, first, last, _doc_id)
             if last in points:  # the bench indexes grow a point at a time: a bucket costs a script step per call
@@ -919,12 +956,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             say(f"built {last:,} canonicals ({said}); Redis used_memory {used_memory(client) / 2**30:.2f} GiB")
             if last in points:
                 measured = last
-                rows += _measure_point(client, last, base, sqlite, indexes, grown, chosen, queries, recalls, args)
-                _write(_report(rows, replay_per_s, restored, args, len(pairs.within)), args.json)
+                rows += _measure_point(
+                    client, last, redis_states, sqlites, indexes, grown, chosen, queries, recalls, args
+                )
+                _write(_report(rows, replays, replay_links, args, len(pairs.within)), args.json)
         if args.redis_url is not None:
             _delete(client, PREFIX)
         client.close()
-    return _report(rows, replay_per_s, restored, args, len(pairs.within))
+    return _report(rows, replays, replay_links, args, len(pairs.within))
 
 
 def _write(result: dict[str, Any], path: Path | None) -> None:
@@ -946,7 +985,13 @@ def _growth(client: redis.Redis, write: Callable[..., None], *args: Any) -> int:
 
 
 def _recalls(
-    client: redis.Redis, folder: Path, pairs: Pairs, chosen: list[Layout], bench: set[str], args: argparse.Namespace
+    client: redis.Redis,
+    folder: Path,
+    pairs: Pairs,
+    products: list[BandLayout],
+    chosen: list[Layout],
+    bench: set[str],
+    args: argparse.Namespace,
 ) -> dict[str, dict[str, float]]:
     """Recall of each layout (and store): every original registered in a fresh index, every edit looked up."""
     count = len(pairs.originals)
@@ -954,14 +999,15 @@ def _recalls(
     edits = pairs.edits[:, 0], pairs.edits[:, 1]
     out = {}
     prefix = f"{PREFIX}pairs:"
-    base = RedisBaseline(client, f"{prefix}base:", args.per_day)
-    base.grow(pairs.originals, 0, count)
-    out[f"{BASELINE} redis"] = recall(pairs, base.seqs(*edits, now))
-    if not args.skip_sqlite:
-        sqlite = SqliteBaseline(folder / "pairs.sqlite3", args.per_day)
-        sqlite.grow(pairs.originals, 0, count)
-        out[f"{BASELINE} sqlite"] = recall(pairs, sqlite.seqs(*edits, now))
-        sqlite.state.close()
+    for layout in products:
+        state = RedisProduct(client, f"{prefix}{layout.name}:", args.per_day, layout)
+        state.grow(pairs.originals, 0, count)
+        out[f"{layout.name} redis"] = recall(pairs, state.seqs(*edits, now))
+        if not args.skip_sqlite:
+            sqlite = SqliteProduct(folder / f"pairs-{layout.name}.sqlite3", args.per_day, layout)
+            sqlite.grow(pairs.originals, 0, count)
+            out[f"{layout.name} sqlite"] = recall(pairs, sqlite.seqs(*edits, now))
+            sqlite.state.close()
     records = Records(client, f"{prefix}rec:", args.per_day)
     records.grow(pairs.originals, 0, count, _doc_id)
     for name in sorted(bench):
@@ -980,10 +1026,8 @@ def _recalls(
     return out
 
 
-def _lookups(layout: Layout, index: BenchIndex | None) -> int:
+def _lookups(layout: Layout, index: BenchIndex) -> int:
     """Hash fields read per query."""
-    if index is None:
-        return 4
     days = 2 if layout.index.per_day else 1
     return days * sum(1 + (bits if layout.probe else 0) for bits in index.key_bits)
 
@@ -991,8 +1035,8 @@ def _lookups(layout: Layout, index: BenchIndex | None) -> int:
 def _measure_point(
     client: redis.Redis,
     point: int,
-    base: RedisBaseline,
-    sqlite: SqliteBaseline | None,
+    redis_states: dict[str, RedisProduct],
+    sqlites: dict[str, SqliteProduct],
     indexes: dict[str, BenchIndex],
     grown: dict[str, int],
     chosen: list[Layout],
@@ -1001,33 +1045,34 @@ def _measure_point(
     args: argparse.Namespace,
 ) -> list[Row]:
     now = int(published(point - 1, args.per_day))
-    family = families(client, base.prefix)
     rows = []
+    base_families: dict[str, int] = {}
+    for name, state in redis_states.items():
+        family = families(client, state.prefix)
+        base_families = family if name == BASELINE else base_families
+        lookups = state.state.band_layout.lookups_per_query
+        measured = timed_reads(partial(state.read, now=now), queries, lambda: None)
+        by_family = {f"bytes_{kind}": size / point for kind, size in sorted(family.items())}
+        measured |= {"bytes_per_canonical": grown[name] / point, **by_family, "lookups_per_query": lookups}
+        rows.append(Row(name, "redis", name == BASELINE, point, measured | recalls[f"{name} redis"]))
+        sqlite = sqlites.get(name)
+        if sqlite is not None and point <= args.sqlite_max:
+            measured = timed_reads(partial(sqlite.read, now=now), queries, sqlite.forget)
+            measured |= {"bytes_per_canonical": sqlite.size() / point, "lookups_per_query": lookups}
+            found = recalls[f"{name} sqlite"]
+            rows.append(Row(f"{name} (sqlite)", "sqlite", name == BASELINE, point, measured | found))
     for layout in chosen:
-        if layout.name == BASELINE:
-            measured = timed_reads(partial(base.read, now=now), queries, lambda: None)
-            by_family = {f"bytes_{name}": size / point for name, size in sorted(family.items())}
-            measured |= {"bytes_per_canonical": grown["base"] / point, **by_family, "lookups_per_query": 4}
-            rows.append(Row(BASELINE, "redis", True, point, measured | recalls[f"{BASELINE} redis"]))
-            if sqlite is not None and point <= args.sqlite_max:
-                measured = timed_reads(partial(sqlite.read, now=now), queries, sqlite.forget)
-                measured |= {"bytes_per_canonical": sqlite.size() / point, "lookups_per_query": 4}
-                rows.append(
-                    Row(f"{BASELINE} (sqlite)", "sqlite", True, point, measured | recalls[f"{BASELINE} sqlite"])
-                )
-        else:
-            index = indexes[layout.index.name]
-            probe = layout.probe
-            measured = timed_reads(partial(index.read, now=now, probe=probe), queries, lambda: None)
-            shared = grown["base"] - family.get("b", 0) - family.get("s", 0)
-            own = grown["records"] + grown[layout.index.name]
-            measured |= {
-                "bytes_per_canonical": (shared + own) / point,
-                "bytes_tables": grown[layout.index.name] / point,
-                "bytes_s": grown["records"] / point,
-                "lookups_per_query": _lookups(layout, index),
-            }
-            rows.append(Row(layout.name, "redis", False, point, measured | recalls[layout.name]))
+        index = indexes[layout.index.name]
+        measured = timed_reads(partial(index.read, now=now, probe=layout.probe), queries, lambda: None)
+        shared = grown[BASELINE] - base_families.get("b", 0) - base_families.get("s", 0)
+        own = grown["records"] + grown[layout.index.name]
+        measured |= {
+            "bytes_per_canonical": (shared + own) / point,
+            "bytes_tables": grown[layout.index.name] / point,
+            "bytes_s": grown["records"] / point,
+            "lookups_per_query": _lookups(layout, index),
+        }
+        rows.append(Row(layout.name, "redis", False, point, measured | recalls[layout.name]))
     for row in rows:
         m = row.measured
         say(
@@ -1039,7 +1084,7 @@ def _measure_point(
 
 
 def _report(
-    rows: list[Row], replay_per_s: float, restored: int, args: argparse.Namespace, pairs: int
+    rows: list[Row], replays: dict[str, float], restored: int, args: argparse.Namespace, pairs: int
 ) -> dict[str, Any]:
     layouts: dict[str, dict[str, Any]] = {}
     for row in rows:
@@ -1049,7 +1094,8 @@ def _report(
         entry["points"].append({"canonicals": row.canonicals, **{k: round(v, 4) for k, v in row.measured.items()}})
     return {
         "layouts": list(layouts.values()),
-        "replay_links_per_s": round(replay_per_s, 1),
+        "replay_links_per_s": round(replays[BASELINE], 1),
+        "replay_links_per_s_by_layout": {name: round(rate, 1) for name, rate in replays.items()},
         "replay_links": restored,
         "queries": QUERY_BATCH * args.batches,
         "query_batch": QUERY_BATCH,
@@ -1087,7 +1133,8 @@ def print_table(result: dict[str, Any]) -> None:
                 f"{point['found_of_within']:.1%}",
             )
     Console(width=200).print(table)
-    print(f"replay into Redis: {result['replay_links_per_s']:,.0f} links a second ({result['replay_links']:,} links)")
+    for name, rate in result["replay_links_per_s_by_layout"].items():
+        print(f"replay into Redis ({name}): {rate:,.0f} links a second ({result['replay_links']:,} links)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1095,7 +1142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canonicals", type=int, default=10_000_000, help="canonicals at the last point")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
     parser.add_argument("--points", default="100000,1000000,3000000,10000000", help="measure at these sizes too")
-    parser.add_argument("--layouts", default=DEFAULT_LAYOUTS, help=f"comma-separated, of {', '.join(LAYOUTS)}")
+    parser.add_argument(
+        "--layouts",
+        default=DEFAULT_LAYOUTS,
+        help=f"comma-separated, of {', '.join(CHOICES)} (the product's {BASELINE}, the baseline, always)",
+    )
     parser.add_argument("--redis-url", default=None, help="an empty Redis to use (default: start redis-server)")
     parser.add_argument("--skip-sqlite", action="store_true", help="no embedded-store baseline")
     parser.add_argument(
@@ -1115,8 +1166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes making fingerprints")
     parser.add_argument("--fingerprints-only", action="store_true", help="only make (cache) the fingerprints")
     args = parser.parse_args(argv)
-    if unknown := [name for name in args.layouts.split(",") if name not in LAYOUTS]:
-        parser.error(f"--layouts: unknown {unknown}; choose from {', '.join(LAYOUTS)}")
+    if unknown := [name for name in args.layouts.split(",") if name not in CHOICES]:
+        parser.error(f"--layouts: unknown {unknown}; choose from {', '.join(CHOICES)}")
     if args.fingerprints_only:
         fingerprints(args.canonicals, args.seed, args.jobs)
         return 0

@@ -57,15 +57,17 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from streams.config import Settings
+from streams.features.bands import BandLayout
 from streams.features.language import detect_language
-from streams.features.simhash import bands, char_simhash, hamming, word_simhash
+from streams.features.simhash import char_simhash, hamming, word_simhash
 from streams.features.text import document_text, normalize_text
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -232,8 +234,14 @@ def random_fp_per_million(t: int) -> float:
     return 1e6 * sum(math.comb(64, k) for k in range(t + 1)) / 2**64
 
 
+@cache
+def band_layout() -> BandLayout:
+    """The configured band layout (`simhash.bands`: DEDUP_SIMHASH__BANDS, 4x16 unless set)."""
+    return Settings().simhash.band_layout
+
+
 def share_band(a: int, b: int) -> bool:
-    return any(x == y for x, y in zip(bands(a), bands(b), strict=True))
+    return band_layout().shares(a, b)
 
 
 def describe(name: str, d: Sequence[int]) -> list[object]:
@@ -300,7 +308,8 @@ def simhash_report(
         headers,
         rows,
         f"SimHash {lang}: recall per near-duplicate kind, FP rate per non-duplicate set, by max Hamming t\n"
-        f"  band|<=t = near-dups within t that share a 16-bit band; idx recall = within t AND share a band,\n"
+        f"  band|<=t = near-dups within t that the {band_layout().name} bands find; idx recall = within t"
+        " AND found,\n"
         f"  both over the pooled kinds {pooled_names}\n"
         "  FP/1M rand = expected false matches per million canonicals for independent random fingerprints",
     )

@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from streams.core.model import Stage
+from streams.features.bands import LAYOUTS, BandLayout
 
 DEFAULT_LANGUAGE_KEY = "default"
 DEFAULT_MAX_DISTANCE = {"en": 6, "bn": 7, DEFAULT_LANGUAGE_KEY: 3}
@@ -50,6 +51,16 @@ class SimhashSettings(Section):
         default_factory=lambda: ["bn"],
         description="Languages fingerprinted on character n-grams instead of word shingles.",
     )
+    bands: Literal["4x16", "8x32+p1"] = Field(
+        "4x16",
+        description="How fingerprints are indexed (streams.features.bands): '4x16' four 16-bit bands; '8x32+p1'"
+        " eight 32-bit tables, each key also looked up one bit away, for states of millions of canonicals"
+        ' (README, "Bands"). Part of the state: a state written in another is refused.',
+    )
+
+    @property
+    def band_layout(self) -> BandLayout:
+        return LAYOUTS[self.bands]
 
     @field_validator("max_distance", mode="before")
     @classmethod

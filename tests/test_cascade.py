@@ -14,7 +14,7 @@ from streams.core.cascade import Cascade, semantic_match
 from streams.core.model import Document, Link, Neighbour, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument, labelled_stream
-from streams.features.simhash import bands
+from streams.features.bands import FOUR_BY_16
 from streams.records.article import Featurizer
 from streams.stores.redis_store import RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
@@ -123,8 +123,8 @@ def test_ties_go_to_the_first_seen_canonical(featurizer: Featurizer, new_state: 
     words = " ".join(f"w{i}" for i in range(200))
     simhash = make(featurizer, "https://x.example.com/", "t", words).simhash
     # Two canonicals with one fingerprint (as two workers could leave them): the older one wins.
-    store.add_canonical("older", simhash, "en", bands(simhash), 0)
-    store.add_canonical("newer", simhash, "en", bands(simhash), 0)
+    store.add_canonical("older", simhash, "en", FOUR_BY_16.keys(simhash), 0)
+    store.add_canonical("newer", simhash, "en", FOUR_BY_16.keys(simhash), 0)
     link = cascade.decide(make(featurizer, "https://third.example.com/", "t", words + " more", "third")).link
     assert (link.stage, link.canonical_id) == (Stage.SIMHASH, "older")
 

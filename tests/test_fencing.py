@@ -21,7 +21,7 @@ from streams.config import Settings
 from streams.core.cascade import CONTENT_KEY, URL_KEY, Cascade
 from streams.core.model import Document, Link, Stage, Verdict
 from streams.evaluation.corpus import NtrexDocument
-from streams.features.simhash import bands
+from streams.features.bands import FOUR_BY_16
 from streams.records.article import Featurizer
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import Lease, LeaseLost, RedisLock
@@ -86,7 +86,7 @@ def test_a_holder_whose_lease_expired_writes_nothing(client: redis.Redis, ntrex:
     assert shared.exact_lookup([CONTENT_KEY + original.content_hash]) == {
         CONTENT_KEY + original.content_hash: syndicated.doc_id
     }
-    assert [c.doc_id for c in shared.band_candidates("en", bands(original.simhash))] == [syndicated.doc_id]
+    assert [c.doc_id for c in shared.band_candidates("en", FOUR_BY_16.keys(original.simhash))] == [syndicated.doc_id]
 
 
 def test_a_lease_that_expires_during_the_write_refuses_it(client: redis.Redis, ntrex: list[NtrexDocument]) -> None:
@@ -246,7 +246,7 @@ class TwoWorkers(RuleBasedStateMachine):
                 holder = self.shared.exact_lookup([key]).get(key)
                 if holder is not None:
                     assert recorded.get(holder) is not None and recorded[holder].verdict is not Verdict.DUPLICATE
-            in_bands = {c.doc_id for c in self.shared.band_candidates(doc.language, bands(doc.simhash))}
+            in_bands = {c.doc_id for c in self.shared.band_candidates(doc.language, FOUR_BY_16.keys(doc.simhash))}
             assert in_bands <= canonicals, f"non-canonicals in the band sets: {in_bands - canonicals}"
         members = Counter(link.canonical_id for link in recorded.values() if link.verdict is Verdict.DUPLICATE)
         for canonical in canonicals:

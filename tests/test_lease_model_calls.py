@@ -20,7 +20,8 @@ from streams.core.model import Document, ModelId, Stage, Verdict
 from streams.core.ports import Embedder
 from streams.embedders import make_embedder
 from streams.evaluation.corpus import NtrexDocument
-from streams.features.simhash import bands, hamming
+from streams.features.bands import FOUR_BY_16
+from streams.features.simhash import hamming
 from streams.records.article import Featurizer
 from streams.records.stage import stage_record
 from streams.service import metrics
@@ -65,7 +66,9 @@ def _band_missing_near_copy(featurizer: Featurizer, ntrex: list[NtrexDocument]) 
                 featurizer, f"n{number}-edit", f"https://b.example.org/{number}", story.english[0], " ".join(edited)
             )
             near = 3 < hamming(original.simhash, copy.simhash) <= 6
-            if near and not set(enumerate(bands(original.simhash))) & set(enumerate(bands(copy.simhash))):
+            if near and not set(enumerate(FOUR_BY_16.keys(original.simhash))) & set(
+                enumerate(FOUR_BY_16.keys(copy.simhash))
+            ):
                 return original, copy
     raise AssertionError("no band-missing near-copy in the data")
 

@@ -33,7 +33,7 @@ from streams.core.relink import Label, Stale, apply, plan_decisions
 from streams.core.replay import Recorded, restore
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.stack import assert_invariants
-from streams.features.simhash import bands
+from streams.features.bands import FOUR_BY_16
 from streams.records.article import Featurizer
 from streams.records.output import deduped_record, link_record
 from streams.stores.sqlite import SqliteStateStore
@@ -412,7 +412,7 @@ def test_a_relink_of_a_document_whose_verdict_expired_is_refused_and_writes_noth
     stream.state.advance(T0 + 8 * DAY_S)
     with pytest.raises(Stale, match=r"retention\.verdicts_days"):
         apply(plan.changes, stream.state)
-    found = stream.state.band_candidates(docs["b"].language, bands(docs["b"].simhash))
+    found = stream.state.band_candidates(docs["b"].language, FOUR_BY_16.keys(docs["b"].simhash))
     assert [c.doc_id for c in found] == ["a"]  # b was not registered as a canonical
     assert stream.state.group_size("a") == 2
 

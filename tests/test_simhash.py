@@ -1,10 +1,7 @@
 import itertools
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 from streams.evaluation.corpus import NtrexDocument
-from streams.features.simhash import BANDS, bands, char_simhash, hamming, word_simhash
+from streams.features.simhash import char_simhash, hamming, word_simhash
 from streams.features.text import document_text
 
 
@@ -14,22 +11,6 @@ def _en(sentences: list[str]) -> int:
 
 def _bn(sentences: list[str]) -> int:
     return char_simhash(document_text(sentences[0], " ".join(sentences[1:])), 4)
-
-
-@given(st.integers(min_value=0, max_value=2**64 - 1), st.sets(st.integers(0, 63), max_size=3))
-def test_within_three_bits_share_a_band(fingerprint: int, flips: set[int]) -> None:
-    other = fingerprint
-    for bit in flips:
-        other ^= 1 << bit
-    assert hamming(fingerprint, other) == len(flips)
-    assert any(a == b for a, b in zip(bands(fingerprint), bands(other), strict=True))
-
-
-def test_bands_cover_all_64_bits() -> None:
-    value = 0x0123_4567_89AB_CDEF
-    parts = bands(value)
-    assert len(parts) == BANDS
-    assert sum(part << (16 * i) for i, part in enumerate(parts)) == value
 
 
 def test_light_human_edits_stay_close_and_different_stories_stay_far(ntrex: list[NtrexDocument]) -> None:

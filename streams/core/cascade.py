@@ -58,7 +58,7 @@ from streams.core.model import (
 )
 from streams.core.ports import Reads, StateStore, VectorStore
 from streams.features.facts import Facts, disagreement, payload_facts, text_facts
-from streams.features.simhash import bands, hamming
+from streams.features.simhash import hamming
 
 URL_KEY = "u:"
 CONTENT_KEY = "c:"
@@ -139,6 +139,13 @@ class Cascade:
     ) -> None:
         self._settings = settings
         self._state = state
+        if state.band_layout is not settings.simhash.band_layout:
+            raise ValueError(
+                f"the state store indexes fingerprints in band layout {state.band_layout.name}, the settings say"
+                f" {settings.simhash.bands}: open the store with the settings' layout"
+            )
+        self._bands = state.band_layout.keys
+        """A fingerprint's band keys, in the state's layout."""
         self._stages = frozenset(settings.stages)
         self.semantic = Stage.SEMANTIC in self._stages
         # Asked for every document, three times: a Stage hashes in Python, a bool costs nothing.
@@ -169,7 +176,7 @@ class Cascade:
         return Reads(
             doc_ids=[doc.doc_id for doc in docs],
             exact_keys=[key for doc in docs for key in self._exact_keys(doc).values()],
-            band_queries=[(doc.language, bands(doc.simhash)) for doc in docs] if simhash else [],
+            band_queries=[(doc.language, self._bands(doc.simhash)) for doc in docs] if simhash else [],
         )
 
     def identify(self, doc: Document) -> Document:
@@ -306,7 +313,7 @@ class Cascade:
     def _simhash(self, doc: Document) -> Link | None:
         found = nearest_canonical(
             doc.simhash,
-            self._state.band_candidates(doc.language, bands(doc.simhash)),
+            self._state.band_candidates(doc.language, self._bands(doc.simhash)),
             self._settings.simhash.threshold(doc.language),
         )
         if found is None:
@@ -458,7 +465,7 @@ class Cascade:
                 link = Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
                 return link, self._state.grow_group(holder, doc.published_at)
         if Stage.SIMHASH in self._stages:
-            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands(doc.simhash), doc.published_at)
+            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, self._bands(doc.simhash), doc.published_at)
         model = None
         if self.semantic and vector is not None:
             assert self._vectors is not None and self._model is not None

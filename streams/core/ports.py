@@ -13,6 +13,12 @@ from typing import Protocol
 import numpy as np
 
 from streams.core.model import Canonical, Link, ModelId, Neighbour
+from streams.features.bands import BandLayout
+
+
+class LayoutMismatch(RuntimeError):
+    """A state was written in another layout (its keys, its bucket count, its band layout) than this store's:
+    reading it would misread it."""
 
 
 class StateStore(Protocol):
@@ -21,7 +27,13 @@ class StateStore(Protocol):
     Every entry carries a stamp (a `published_at`, see `RetentionSettings`); the store keeps the
     stream's clock (the newest `published_at` it was advanced to) and an entry older than its family's
     retention is invisible to every read at once, and removed later by `expire`.
+
+    Band arguments are the fingerprint's keys in the store's `band_layout`, one per table (`layout.keys`); a
+    lookup reads what the layout's `near` gives for each.
     """
+
+    band_layout: BandLayout
+    """How this state indexes fingerprints: the one it was written in (`LayoutMismatch` otherwise)."""
 
     def verdict_of(self, doc_id: str) -> Link | None:
         """The verdict already given to `doc_id`, so a redelivery gets the same one."""
@@ -51,7 +63,7 @@ class StateStore(Protocol):
         the stamp a replay of its record gives them, so the live and the replayed state age alike."""
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
-        """Canonicals of `language` sharing at least one band value, at index i."""
+        """Canonicals of `language` stored, in some table i, under a key that `band_layout.near(bands[i])` gives."""
 
     def add_canonical(
         self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int

@@ -31,7 +31,6 @@ from streams.config import RetentionSettings
 from streams.core.cascade import CONTENT_KEY, URL_KEY, key_stamp
 from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore, VectorStore
-from streams.features.simhash import bands
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +97,8 @@ def restore(
         _point(state, keys[stage], holder, stamp)
     if link.verdict.canonical:
         if old is None or not old.verdict.canonical:
-            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, bands(recorded.simhash), published_at)
+            keys = state.band_layout.keys(recorded.simhash)
+            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, keys, published_at)
             if vectors is not None and recorded.vector is not None and link.model:
                 model = model_named(link.model, len(recorded.vector))
                 vectors.add(
@@ -118,7 +118,7 @@ def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStor
     if old.verdict is Verdict.DUPLICATE:
         state.shrink_group(old.canonical_id)
     elif old.verdict.canonical and not recorded.link.verdict.canonical:
-        state.remove_canonical(old.doc_id, recorded.language, bands(recorded.simhash))
+        state.remove_canonical(old.doc_id, recorded.language, state.band_layout.keys(recorded.simhash))
         if vectors is not None and old.model:
             vectors.remove(model_named(old.model), old.doc_id)
 

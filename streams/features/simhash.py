@@ -1,4 +1,4 @@
-"""64-bit SimHash over language-appropriate shingles, split into four 16-bit bands.
+"""64-bit SimHash over language-appropriate shingles (indexed by a band layout: `streams.features.bands`).
 
 Written here rather than taken from a package: the PyPI SimHash packages hash and
 vote per feature in Python (or take pre-hashed features one Python call at a
@@ -6,9 +6,6 @@ time), far below 5,000 documents a second, and know nothing of per-language
 features. The kernel below is compiled once with Numba and does everything
 (word or character segmentation, feature hashing, shingling, the 64 bit votes)
 in one pass over the codepoints.
-
-Two fingerprints within 3 bits of each other agree exactly on at least one of
-the four bands (pigeonhole), so band lookups find every such candidate.
 """
 
 from __future__ import annotations
@@ -19,9 +16,6 @@ import numpy as np
 from numba import njit
 
 from streams.features.utf8 import decode
-
-BANDS = 4
-BAND_BITS = 16
 
 _ASCII_BREAKS = np.zeros(128, dtype=np.bool_)
 _ASCII_BREAKS[[ord(c) for c in string.punctuation + string.whitespace]] = True
@@ -123,11 +117,6 @@ def char_simhash(text: str, ngram: int) -> int:
     """SimHash of character n-grams, punctuation and whitespace runs read as one space (Bangla and the like)."""
     units = _units(_codepoints(text), False, _ASCII_BREAKS, _OTHER_BREAKS)
     return int(_fingerprint(units, ngram))
-
-
-def bands(simhash: int) -> tuple[int, ...]:
-    """The four 16-bit bands, lowest bits first (written out: the decisions call this for every document)."""
-    return (simhash & 0xFFFF, (simhash >> 16) & 0xFFFF, (simhash >> 32) & 0xFFFF, (simhash >> 48) & 0xFFFF)
 
 
 def hamming(a: int, b: int) -> int:

@@ -56,6 +56,7 @@ from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Verdict
 from streams.core.ports import Reads, VectorStore
 from streams.core.replay import Recorded, ReplayStats, restore
+from streams.features.bands import DEFAULT, BandLayout
 from streams.kafka.journal import read_to_end
 from streams.records.output import read_link_record
 from streams.runner.collector import rare_collections
@@ -313,8 +314,9 @@ class Restorer:
         retention: RetentionSettings,
         lock_ttl_s: float,
         bucket_bits: int = BUCKET_BITS,
+        band_layout: BandLayout = DEFAULT,
     ) -> None:
-        self.state = RedisStateStore(client, prefix, bucket_bits, retention, restoring=True)
+        self.state = RedisStateStore(client, prefix, bucket_bits, retention, restoring=True, band_layout=band_layout)
         self._batched = ReplayState(self.state)
         self._client = client
         self._vectors = vectors
@@ -455,7 +457,13 @@ def replay_links(
     """
     prefix = settings.redis_prefix if prefix is None else prefix
     restorer = Restorer(
-        client, prefix, vectors, settings.retention, settings.worker.lock_ttl_s, settings.redis_bucket_bits
+        client,
+        prefix,
+        vectors,
+        settings.retention,
+        settings.worker.lock_ttl_s,
+        settings.redis_bucket_bits,
+        settings.simhash.band_layout,
     )
     with ExitStack() as held:
         try:

@@ -184,7 +184,9 @@ def run(
         if paths.state.resolve() != paths.out.resolve():
             held.enter_context(locked(paths.state))
         fresh = _claim_outputs(paths, force)
-        state = SqliteStateStore(paths.state / "state.sqlite3", retention=settings.retention)
+        state = SqliteStateStore(
+            paths.state / "state.sqlite3", retention=settings.retention, band_layout=settings.simhash.band_layout
+        )
         journal = Journal(paths.state)
         vectors = None
         if Stage.SEMANTIC in settings.stages:

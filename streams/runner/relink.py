@@ -103,8 +103,10 @@ def relink_files(
             held.enter_context(locked(out_dir, "output folder"))
             if state_dir.resolve() != out_dir.resolve():
                 held.enter_context(locked(state_dir))
-        retention = Settings().retention
-        state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention)
+        configured = Settings()
+        state = SqliteStateStore(
+            state_dir / "state.sqlite3", retention=configured.retention, band_layout=configured.simhash.band_layout
+        )
         journal = Journal(state_dir)
         try:
             published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
@@ -133,7 +135,7 @@ def relink_files(
                 from streams.vectors.edge import EdgeVectorStore
 
                 with EdgeVectorStore(state_dir / "vectors") as vectors:
-                    result.made = apply(todo, state, vectors, checked=True, retention=retention)
+                    result.made = apply(todo, state, vectors, checked=True, retention=configured.retention)
                 state.commit()
             for record in records:
                 journal.put_link(record)

@@ -19,6 +19,7 @@ import orjson
 from streams.config import RetentionSettings, Settings
 from streams.core.model import ModelId, clamped
 from streams.core.replay import ReplayStats, model_named, restore
+from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
 from streams.runner.jsonl import read_lines
@@ -35,18 +36,22 @@ def replay_files(
     state_dir: Path,
     on_bytes: Callable[[int], None] | None = None,
     retention: RetentionSettings | None = None,
+    band_layout: BandLayout | None = None,
 ) -> ReplayStats:
     """Restore every link of `sources`, in order, into the state folder (created if absent).
 
     A source whose first line is no link is refused (ValueError): it is some other file,
     given by mistake. Later unreadable lines are skipped and reported, never fatal.
-    `retention` defaults to the configured one (`[retention]`).
+    `retention` and `band_layout` default to the configured ones (`[retention]`, `simhash.bands`).
     """
     stats = ReplayStats()
-    retention = retention or Settings().retention
+    if retention is None or band_layout is None:
+        configured = Settings()
+        retention = retention or configured.retention
+        band_layout = band_layout or configured.simhash.band_layout
     models: set[ModelId] = set()
     with locked(state_dir):
-        state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention)
+        state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention, band_layout=band_layout)
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit, uncommitted = time.perf_counter(), 0

@@ -79,7 +79,13 @@ def relink_service(
         raise ValueError("give decisions (labels) or a cut-off, one of them")
     labels = list(decisions) if decisions is not None else None
     client = redis_client(settings)
-    state = RedisStateStore(client, settings.redis_prefix, settings.redis_bucket_bits, settings.retention)
+    state = RedisStateStore(
+        client,
+        settings.redis_prefix,
+        settings.redis_bucket_bits,
+        settings.retention,
+        band_layout=settings.simhash.band_layout,
+    )
     vectors: VectorStore | None = None
     try:
         for attempt in range(1, ATTEMPTS + 1):

@@ -94,6 +94,7 @@ class Resources:
             settings.redis_bucket_bits,
             settings.retention,
             fresh=partial(expect_new_state, settings),
+            band_layout=settings.simhash.band_layout,
         )
         self._embedder = embedder
         self._vectors: VectorStore | None = None

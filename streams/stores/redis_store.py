@@ -12,7 +12,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `x:{t}…` of `B(key)` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) named |
 | `c:{t}…` of `B(doc_id)` | doc_id | a canonical's first-seen `seq` (marks it registered; s: holds the stamp) |
 | `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
-| `b:{t}{language}:{band}:{value >> 6}` | band value | the `seq`s of the canonicals with that value, space-separated |
+| `b:{t}{language}:{table}:{key >> shift}` | the key's low bits | the `seq`s of the canonicals with that key |
 | `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
 | (the same) | `\x00` + 16 hex digits | while a batch is written: a member's growth of a group ("Writes") |
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
@@ -20,13 +20,20 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
-| `layout` (string) | | `LAYOUT`/`bucket_bits`: the key layout and bucket count the state was written in |
+| `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands]: the key layout, bucket count and band layout written in |
 | `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t`; made with `layout` ("Lost") |
 | `models:{00}` (hash) | `n{name}`, `c{code}`, `#` | embedding models' codes (a verdict names its model by code) |
 
+Band keys are a fingerprint's keys in the state's band layout (`streams.features.bands`): four
+16-bit keys (`4x16`) in 1,024 buckets a table (`shift` 6, the field the whole key), or eight
+32-bit keys (`8x32+p1`) in 2**`bucket_bits` buckets a table (`shift` 32 - bits, the field the low
+16 or more). A lookup reads, in each table, its key's bucket (the key and, with probes, the keys
+one bit away in the field's bits: one HMGET of 17 fields) and, with probes, one bucket more for
+each bit of the bucket's part, one field each: 136 buckets a query for `8x32+p1`.
+
 Redis Cluster. A bucket's hash tag `{t}` is the first 2 hex digits of its bucket (of
-`n % 256`, of `(value >> 6) % 256`), so the buckets of every family fall into 256 slot
+`n % 256`, of `bucket % 256`), so the buckets of every family fall into 256 slot
 groups that the cluster spreads over its masters, and the v:, x:, c:, g: buckets of one
 tag share a slot. The singletons (seq, vseq, clock, sweep, languages, layout, the lock)
 hash whole, each wherever its slot is. Every script touches keys of one slot: a read or
@@ -149,9 +156,11 @@ becomes a hash table for good, about 80 bytes more an entry: 520 bytes a canonic
 bits, 252 with 16 (`benchmarks/redis_memory.py`, README "Memory"). More buckets cost a key each
 (about 70 bytes) while they hold few entries: through the cascade, 100,000 documents take 482
 bytes a canonical with 16 bits against 292 with 12; and the sweep reads 65,536 buckets a family
-a day. The s: buckets hold 256 seqs each and the b: buckets 64 band values, whatever the size;
+a day. The s: buckets hold 256 seqs each and a 4x16 b: bucket 64 band values, whatever the size;
 a band value's seqs pass 64 bytes from about 1M canonicals, and those hash tables cost about 40
-bytes a canonical. A value holds a caller's strings (doc ids; the embedding model by code): a verdict
+bytes a canonical. An 8x32+p1 b: bucket holds an entry for each canonical of its language whose key
+falls in it (a seq, rarely a few): listpacks up to about 2**bits x 512 canonicals a language.
+A value holds a caller's strings (doc ids; the embedding model by code): a verdict
 naming a long id passes 64 bytes, so the compose file's Redis runs with
 `hash-max-listpack-value` 256 (README, "Memory").
 """
@@ -185,7 +194,8 @@ from streams.core.model import (
     expired,
     keep_seconds,
 )
-from streams.features.simhash import bands
+from streams.core.ports import LayoutMismatch
+from streams.features.bands import DEFAULT, FOUR_BY_16, BandLayout
 from streams.stores.redis_lock import Lease, LeaseLost
 from streams.stores.writes import (
     CanonicalWrite,
@@ -214,6 +224,8 @@ _SWEEP_FIELDS = 5_000
 """Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
 LAYOUT = "2"
 """The key layout this code reads (`{prefix}layout`): 2 is hash-tagged buckets; a state without it is older."""
+_BANDS_BEFORE = FOUR_BY_16.name
+"""The band layout of a marker that names none (`2/16`): the only one before band layouts were recorded."""
 
 # Every script touches keys of one slot only. A writing script's KEYS[1] is its slot's fence key and
 # ARGV[1] the writer's lease epoch (0: unfenced): a write under an older epoch than the newest seen in
@@ -265,6 +277,22 @@ return code
 _FIELDS = """
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], ARGV[i]) or false end
+return out
+"""
+# A band lookup's buckets of one slot: ARGV holds, for each key, how many fields, then the fields. One answer
+# a key: the values found there, space-separated ('' none).
+_BAND_FIELDS = """
+local out, a = {}, 1
+for i = 1, #KEYS do
+  local n = tonumber(ARGV[a])
+  local found = redis.call('HMGET', KEYS[i], unpack(ARGV, a + 1, a + n))
+  local parts = {}
+  for j = 1, n do
+    if found[j] then parts[#parts + 1] = found[j] end
+  end
+  out[i] = table.concat(parts, ' ')
+  a = a + n + 1
+end
 return out
 """
 _ADVANCE = """
@@ -551,10 +579,6 @@ class StateLost(RuntimeError):
     documents second verdicts and link to canonicals not restored yet."""
 
 
-class LayoutMismatch(RuntimeError):
-    """The Redis state under this prefix was written in another key layout: reading it would misread it."""
-
-
 def connect(url: str, password: str | None = None) -> Client:
     """A client for `url`: `redis://` (or `rediss://`, TLS) is one server, `redis+cluster://` (or
     `rediss+cluster://`) a Redis Cluster reached through any of its nodes: redis-py's cluster client
@@ -597,6 +621,7 @@ class RedisStateStore:
         retention: RetentionSettings = _RETENTION,
         restoring: bool = False,
         fresh: Callable[[], None] | None = None,
+        band_layout: BandLayout = DEFAULT,
     ) -> None:
         """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there.
         `fresh` is called before an empty state is marked as new, and raises (`StateLost`) where a new
@@ -607,8 +632,23 @@ class RedisStateStore:
         self._prefix = prefix
         self._bucket_bits = bucket_bits
         self._bucket_hex = bucket_bits // 4
-        self.layout = f"{LAYOUT}/{bucket_bits}"
-        """The `{prefix}layout` marker: the key layout, then the bucket bits it was written with."""
+        self.band_layout = band_layout
+        self.layout = f"{LAYOUT}/{bucket_bits}" + ("" if band_layout.name == _BANDS_BEFORE else f"/{band_layout.name}")
+        """The `{prefix}layout` marker: the key layout, the bucket bits it was written with, and its band layout
+        (none written for 4x16, as before layouts were recorded)."""
+        key_bits = band_layout.key_bits
+        self._band_shift = 6 if key_bits == 16 else max(0, key_bits - bucket_bits)
+        """A band key's bucket is `key >> shift`: 16-bit keys in 1,024 buckets of 64 values (layout 2 before band
+        layouts, whatever the bucket bits), longer ones in 2**bucket_bits buckets a table (sized for the live
+        state as the other families are)."""
+        self._band_field = (1 << max(16, self._band_shift)) - 1
+        """A band entry's field is `key & this`: the rest of the key below the bucket (16 bits at least: the
+        whole of a 16-bit key, as layout 2 wrote it)."""
+        flips = band_layout.near(0)[1:]
+        within = tuple(f for f in flips if f >> self._band_shift == 0)
+        self._band_near = ((0, *within), [f for f in flips if f not in within])
+        """A lookup's flips of a key's bits: (those that stay in its bucket, the key itself first; those that move
+        to another bucket, one field each)."""
         self._clock = f"{prefix}clock"
         self._cursor = f"{prefix}sweep"
         self._seq = f"{prefix}seq"
@@ -648,6 +688,7 @@ class RedisStateStore:
             return self._scripts[-1]
 
         self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
+        self._band_fields = script(_BAND_FIELDS)
         self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
@@ -661,9 +702,10 @@ class RedisStateStore:
         password: str | None = None,
         retention: RetentionSettings = _RETENTION,
         bucket_bits: int = BUCKET_BITS,
+        band_layout: BandLayout = DEFAULT,
     ) -> RedisStateStore:
         """A store on `url` (see `connect`); the password may also be in the URL."""
-        return cls(connect(url, password), prefix, bucket_bits, retention)
+        return cls(connect(url, password), prefix, bucket_bits, retention, band_layout=band_layout)
 
     def close(self) -> None:
         self._redis.close()
@@ -696,8 +738,26 @@ class RedisStateStore:
         """The s: bucket of seqs `bucket * 256` to `bucket * 256 + 255`."""
         return self._tagged("s", bucket, str(bucket))
 
-    def _band_keys(self, language: str, bands: Sequence[int]) -> list[str]:
-        return [self._tagged("b", value >> 6, f"{language}:{index}:{value >> 6}") for index, value in enumerate(bands)]
+    def _band_bucket(self, language: str, index: int, bucket: int) -> str:
+        return self._tagged("b", bucket, f"{language}:{index}:{bucket}")
+
+    def _band_entries(self, language: str, bands: Sequence[int]) -> list[tuple[str, int]]:
+        """(bucket, field) of a canonical's entry in each band table."""
+        shift, field_ = self._band_shift, self._band_field
+        return [(self._band_bucket(language, index, key >> shift), key & field_) for index, key in enumerate(bands)]
+
+    def _band_lookups(self, language: str, bands: Sequence[int]) -> list[tuple[str, list[int]]]:
+        """(bucket, fields) a lookup of `bands` reads: in each table the key's own bucket with the fields of the
+        key and of its flips that stay there (one HMGET), then a bucket for each flip that moves it."""
+        shift, field_ = self._band_shift, self._band_field
+        within, across = self._band_near
+        places = []
+        for index, key in enumerate(bands):
+            places.append((self._band_bucket(language, index, key >> shift), [(key ^ f) & field_ for f in within]))
+            for flip in across:
+                moved = key ^ flip
+                places.append((self._band_bucket(language, index, moved >> shift), [moved & field_]))
+        return places
 
     def _fence_key(self, key: str) -> str:
         """The fence key of a bucket's slot group (named by its tag)."""
@@ -756,17 +816,24 @@ class RedisStateStore:
                 "and rebuild it with `dedup replay`"
             )
         written = f"{LAYOUT}/12" if layout == LAYOUT else layout  # marked before the bucket count was
-        kind, _, bits = (written or "").partition("/")
+        kind, bits, bands = [*(written or "").split("/", 2), "", ""][:3]
+        bands = bands or _BANDS_BEFORE  # marked before band layouts were
         if layout is not None and kind != LAYOUT:
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
                 f"layout {LAYOUT}: delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        if layout is not None and written != self.layout:
+        if layout is not None and bits != str(self._bucket_bits):
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} was written with bucket_bits {bits}, this store "
                 f"has {self._bucket_bits}: set DEDUP_REDIS_BUCKET_BITS={bits}, or rebuild it with `dedup replay` "
+                "under another DEDUP_REDIS_PREFIX"
+            )
+        if layout is not None and bands != self.band_layout.name:
+            raise LayoutMismatch(
+                f"the Redis state under prefix {self._prefix!r} was written with band layout {bands}, this store "
+                f"has {self.band_layout.name}: set DEDUP_SIMHASH__BANDS={bands}, or rebuild it with `dedup replay` "
                 "under another DEDUP_REDIS_PREFIX"
             )
         if layout is None and self._fresh is not None and not self._restoring:
@@ -933,15 +1000,22 @@ class RedisStateStore:
         its retention (its s: entry's stamp) is none."""
         if not queries:
             return []
-        _, values = self._read(
-            [
-                (key, str(value))
-                for language, bands in queries
-                for key, value in zip(self._band_keys(language, bands), bands, strict=True)
-            ]
-        )
+        self._ensure_layout()
+        places = [self._band_lookups(language, bands) for language, bands in queries]
+        flat = [place for query in places for place in query]
+        groups = self._by_slot([bucket for bucket, _ in flat])
+        calls = []
+        for group in groups:
+            args: list[Any] = []
+            for i in group:
+                args += [len(flat[i][1]), *flat[i][1]]
+            calls.append(partial(self._band_fields, keys=[flat[i][0] for i in group], args=args))
+        values: list[str] = [""] * len(flat)
+        for group, answers in zip(groups, self._run(calls), strict=True):
+            for i, value in zip(group, answers, strict=True):
+                values[i] = value
         found = iter(values)
-        wanted = [sorted({int(seq) for _ in bands for seq in (next(found) or "").split()}) for _, bands in queries]
+        wanted = [sorted({int(seq) for _ in query for seq in next(found).split()}) for query in places]
         every = sorted({seq for seqs in wanted for seq in seqs})
         if not every:
             return [[] for _ in queries]
@@ -1210,13 +1284,12 @@ class RedisStateStore:
                 stamp = stamp_of(write.published_at)
                 entry = f"{write.simhash:0{_SIMHASH_HEX}x}{stamp}{write.canonical_id}"
                 entries.append((self._entries_key(results[i] // 256), "e", (seq, entry)))
-                keys = self._band_keys(write.language, write.bands)
-                adding += [(key, "b", (value, seq)) for key, value in zip(keys, write.bands, strict=True)]
+                adding += [(key, "b", (field_, seq)) for key, field_ in self._band_entries(write.language, write.bands)]
                 languages.add(write.language)
             elif isinstance(write, RemoveCanonicalWrite) and i in held:
                 seq = str(held[i])
-                keys = self._band_keys(write.language, write.bands)
-                dropping += [(key, "B", (value, seq)) for key, value in zip(keys, write.bands, strict=True)]
+                entries_ = self._band_entries(write.language, write.bands)
+                dropping += [(key, "B", (field_, seq)) for key, field_ in entries_]
                 bulk.add(self._entries_key(held[i] // 256), "D", (seq,))
         for key, code, args in (*entries, *adding, *dropping):
             bulk.add(key, code, args)
@@ -1423,10 +1496,9 @@ class RedisStateStore:
         bulk = _Bulk(self)
         dropping: list[tuple[str, str, tuple[Any, ...]]] = []
         for seq, entry in gone:
-            doc_id, values = entry[_SIMHASH_HEX + _DAY_HEX :], bands(int(entry[:_SIMHASH_HEX], 16))
+            doc_id, keys = entry[_SIMHASH_HEX + _DAY_HEX :], self.band_layout.keys(int(entry[:_SIMHASH_HEX], 16))
             for language in sorted(languages):
-                keys = self._band_keys(language, values)
-                dropping += [(key, "B", (v, seq)) for key, v in zip(keys, values, strict=True)]
+                dropping += [(key, "B", (field_, seq)) for key, field_ in self._band_entries(language, keys)]
             bulk.add(self._bucket("c", doc_id), "u", (doc_id, seq))
         for key, code, args in dropping:
             bulk.add(key, code, args)

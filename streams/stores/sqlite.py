@@ -1,8 +1,10 @@
 """The embedded state store: one SQLite file in the state folder.
 
-Exact keys map to their canonical; canonicals carry their four band values in
-indexed columns, so a candidate lookup is four index probes, never a scan;
-every verdict is kept by document id, so a redelivery gets the same answer.
+Exact keys map to their canonical; canonicals carry their band keys (one per
+table of the state's band layout, `streams.features.bands`) in indexed columns,
+so a candidate lookup is an index probe per key it reads, never a scan; every
+verdict is kept by document id, so a redelivery gets the same answer. The band
+layout is the state's own (`made_with`): a store of another is refused.
 
 Writes are buffered in memory until `commit` and then written with one
 `executemany` per table: the runner commits every few hundred documents, and a
@@ -29,12 +31,14 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from streams.config import RetentionSettings
 from streams.core.model import Canonical, Link, Stage, Verdict, clamped, keep_seconds
-from streams.core.ports import Reads
+from streams.core.ports import LayoutMismatch, Reads
+from streams.features.bands import DEFAULT, FOUR_BY_16, BandLayout
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
@@ -42,18 +46,24 @@ CREATE TABLE IF NOT EXISTS verdicts (
     stage TEXT, score REAL, model TEXT, content TEXT, stamp INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS exact_keys (key BLOB PRIMARY KEY, canonical_id TEXT NOT NULL, stamp INTEGER) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS canonicals (
-    seq INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, simhash INTEGER NOT NULL,
-    language TEXT NOT NULL, b0 INTEGER NOT NULL, b1 INTEGER NOT NULL, b2 INTEGER NOT NULL, b3 INTEGER NOT NULL,
-    stamp INTEGER
-);
-CREATE INDEX IF NOT EXISTS canonicals_b0 ON canonicals (b0);
-CREATE INDEX IF NOT EXISTS canonicals_b1 ON canonicals (b1);
-CREATE INDEX IF NOT EXISTS canonicals_b2 ON canonicals (b2);
-CREATE INDEX IF NOT EXISTS canonicals_b3 ON canonicals (b3);
 CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL, stamp INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS made_with (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
+_BEFORE_LAYOUTS = FOUR_BY_16.name
+"""The band layout of a state folder made before layouts were recorded (`made_with` has no `bands`)."""
+
+
+def _canonicals_schema(tables: int) -> str:
+    """The canonicals, one indexed column per band table (`b0`...): a table's lookup is an index probe."""
+    bands = "".join(f"b{i} INTEGER NOT NULL, " for i in range(tables))
+    return (
+        "CREATE TABLE IF NOT EXISTS canonicals (seq INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE,"
+        f" simhash INTEGER NOT NULL, language TEXT NOT NULL, {bands}stamp INTEGER);"
+        + "".join(f"CREATE INDEX IF NOT EXISTS canonicals_b{i} ON canonicals (b{i});" for i in range(tables))
+    )
+
+
 _FAMILIES = {"verdicts": "doc_id", "exact_keys": "key", "canonicals": "seq", "groups": "canonical_id"}
 """Each table of a key family, with the column that names a row (for deleting by stamp)."""
 _STAMP_INDEXES = "".join(f"CREATE INDEX IF NOT EXISTS {t}_stamp ON {t} (stamp);" for t in _FAMILIES)
@@ -82,8 +92,11 @@ def _packed(key: str) -> bytes:
 class SqliteStateStore:
     """`StateStore` on a SQLite file (or ":memory:"), durable at each `commit`."""
 
-    def __init__(self, path: Path | str, retention: RetentionSettings | None = None) -> None:
+    def __init__(
+        self, path: Path | str, retention: RetentionSettings | None = None, band_layout: BandLayout = DEFAULT
+    ) -> None:
         retention = retention or RetentionSettings()
+        self.band_layout = band_layout
         self._keep = {
             "verdicts": keep_seconds(retention.verdicts_days),
             "exact_keys": keep_seconds(retention.exact_days),
@@ -100,6 +113,7 @@ class SqliteStateStore:
         self._db.execute("PRAGMA cache_size=-262144")
         self._db.execute("PRAGMA mmap_size=1073741824")
         self._db.executescript(_SCHEMA)
+        self._check_layout(path)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verdicts)")}
         if "content" not in columns:  # a state folder from before versions: its verdicts match any content
             self._db.execute("ALTER TABLE verdicts ADD COLUMN content TEXT")
@@ -144,6 +158,21 @@ class SqliteStateStore:
         # would cost more than the lookup itself.
         self._db.execute("BEGIN")
 
+    def _check_layout(self, path: Path | str) -> None:
+        """Refuse a state made in another band layout; record this one in a new state."""
+        db = self._db
+        row = db.execute("SELECT value FROM made_with WHERE name = 'bands'").fetchone()
+        made = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'canonicals'").fetchone()
+        written = row[0] if row else _BEFORE_LAYOUTS if made else None
+        if written is not None and written != self.band_layout.name:
+            db.close()
+            raise LayoutMismatch(
+                f"the state in {path} was made with band layout {written}, this run has {self.band_layout.name}:"
+                f" set DEDUP_SIMHASH__BANDS={written}, or rebuild the state in another folder with `dedup replay`"
+            )
+        db.executescript(_canonicals_schema(len(self.band_layout.tables)))
+        db.execute("INSERT OR IGNORE INTO made_with VALUES ('bands', ?)", (self.band_layout.name,))
+
     def commit(self) -> None:
         """Write everything decided since the last commit in one transaction."""
         db = self._db
@@ -167,7 +196,7 @@ class SqliteStateStore:
         db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
         # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
         db.executemany(
-            "INSERT INTO canonicals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?)"
             " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
             [
                 (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at)
@@ -243,13 +272,12 @@ class SqliteStateStore:
         canonicals they name. A read it did not foresee still goes to the file."""
         self._load_verdicts(reads.doc_ids)
         found = self.exact_lookup(list(dict.fromkeys(reads.exact_keys)))
-        wanted = [
-            band for _, bands in reads.band_queries for band in enumerate(bands) if band not in self._stored_bands
-        ]
-        wanted = list(dict.fromkeys(wanted))
+        lookups = self.band_layout.lookups
+        stored = self._stored_bands
+        wanted = list(dict.fromkeys(b for _, keys in reads.band_queries for b in lookups(keys) if b not in stored))
         for band in wanted:
             self._stored_bands[band] = []
-        for index in range(4):
+        for index in range(len(self.band_layout.tables)):
             for part in _parts([value for i, value in wanted if i == index]):
                 marks, values = _bound(part)
                 rows = self._db.execute(
@@ -350,29 +378,35 @@ class SqliteStateStore:
         return True
 
     def band_candidates(self, language: str, bands: Sequence[int]) -> list[Canonical]:
-        """Canonicals sharing a band, those past `bands_days` left out (a canonical's stamp is never None)."""
+        """Canonicals the layout's lookups of `bands` find, those past `bands_days` left out (a canonical's stamp
+        is never None)."""
         stored = self._stored_bands
         since = self._since["canonicals"]
-        if all(band in stored for band in enumerate(bands)):  # warmed: no statement
+        looked = self.band_layout.lookups(bands)
+        if all(band in stored for band in looked):  # warmed: no statement
             found = {
                 c.doc_id: c
-                for band in enumerate(bands)
+                for band in looked
                 for c in stored[band]
                 if c.language == language and c.published_at >= since and c.doc_id not in self._removed
             }
         else:
-            rows = self._db.execute(
-                "SELECT doc_id, simhash, language, seq, stamp FROM canonicals"
-                " WHERE (b0 = ? OR b1 = ? OR b2 = ? OR b3 = ?) AND language = ?",
-                (*bands, language),
-            ).fetchall()
+            rows = self._db.execute(self._band_select, (*(value for _, value in looked), language)).fetchall()
             made = (self._canonical(*row) for row in rows if row[0] not in self._removed)
             found = {c.doc_id: c for c in made if c.published_at >= since}
-        for band in enumerate(bands):
+        for band in looked:
             for canonical in self._bands.get(band, ()):
                 if canonical.language == language and canonical.doc_id not in found and canonical.published_at >= since:
                     found[canonical.doc_id] = canonical
         return list(found.values())
+
+    @cached_property
+    def _band_select(self) -> str:
+        """One lookup's statement: each table's column against the keys the lookup reads there."""
+        layout = self.band_layout
+        marks = ", ".join("?" * len(layout.near(0)))
+        where = " OR ".join(f"b{index} IN ({marks})" for index in range(len(layout.tables)))
+        return f"SELECT doc_id, simhash, language, seq, stamp FROM canonicals WHERE ({where}) AND language = ?"
 
     def add_canonical(
         self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
@@ -381,7 +415,7 @@ class SqliteStateStore:
         canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at))
         self._next_seq += 1
         self._canonicals.append((canonical, tuple(bands)))
-        for band in enumerate(bands):
+        for band in enumerate(bands):  # the keys it is stored under: a lookup's `near` keys find it
             self._bands[band].append(canonical)
 
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
