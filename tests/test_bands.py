@@ -15,11 +15,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+import redis
 
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.ports import Reads, StateStore
 from streams.evaluation.corpus import NtrexDocument
+from streams.evaluation.stack import Stack
 from streams.features.bands import EIGHT_BY_32, FOUR_BY_16, LAYOUTS, BandLayout, layout
 from streams.runner.embedded import RunPaths, run
 from streams.stores.batched import BatchedState
@@ -246,3 +248,36 @@ def test_a_state_moves_to_another_layout_by_replay_and_then_links_what_that_layo
         "original",
         "simhash",
     )
+
+
+def test_the_workers_in_8x32_give_the_verdicts_of_dedup_run_in_it(
+    make_stack: Callable[[str], Stack], ntrex: list[NtrexDocument], redis_url: str, tmp_path: Path
+) -> None:
+    """Every NTREX article and its US edit through a worker (originals and edits in the same batches, so
+    the probes also reach canonicals the batch itself made), against `dedup run` in the same layout."""
+    lines = []
+    for i, document in enumerate(ntrex):
+        for kind, text in (("original", document.english), ("us", document.english_us)):
+            record = {"id": f"{kind}-{i}", "url": f"https://{kind}.example/{i}", "title": text[0]}
+            lines.append(orjson.dumps({**record, "body": " ".join(text[1:]), "language": "en"}))
+    (tmp_path / "in.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "state")
+    run(
+        Settings(stages=[Stage.URL, Stage.CONTENT, Stage.SIMHASH], simhash={"bands": "8x32+p1"}),
+        [str(tmp_path / "in.jsonl")],
+        paths,
+    )
+    embedded = {link["doc_id"]: link for link in map(orjson.loads, paths.links.read_bytes().splitlines())}
+    assert embedded["us-43"]["canonical_id"] == "original-43"  # the pair 4x16 cannot find
+
+    stack = make_stack(EXACT_AND_NEAR)
+    stack.extra_env = {"DEDUP_SIMHASH__BANDS": "8x32+p1"}
+    stack.create_topics()
+    stack.start_worker()
+    stack.produce(lines)
+    streamed, _ = stack.final_links(set(embedded))
+    verdicts = {doc_id: (link["verdict"], link["canonical_id"], link["stage"]) for doc_id, link in streamed.items()}
+    assert verdicts == {d: (link["verdict"], link["canonical_id"], link["stage"]) for d, link in embedded.items()}
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert client.get(f"{stack.name}:layout") == "2/16/8x32+p1"
+    client.close()
