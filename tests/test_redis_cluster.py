@@ -90,6 +90,15 @@ def test_keys_spread_over_every_master_and_no_command_crosses_a_slot(redis_clust
     store.close()
 
 
+@pytest.mark.parametrize("prefix", ["{dedup}:", "x{y:", "dedup{:"])
+def test_a_prefix_with_a_hash_tag_is_refused_on_a_cluster(redis_cluster: LocalRedisCluster, prefix: str) -> None:
+    """A brace in the prefix makes Redis hash by it instead of the buckets' own tags: every key on one master
+    ('{dedup}:', what deploy/ once suggested), or the families of one tag in other slots ('x{y:'), where
+    a batch's scripts would cross slots."""
+    with pytest.raises(ValueError, match=r"prefix .* '\{'.*Redis Cluster.*DEDUP_REDIS_PREFIX"):
+        RedisStateStore(connect(redis_cluster.url), prefix)
+
+
 def test_the_sweep_and_a_relink_run_on_the_cluster(redis_cluster: LocalRedisCluster) -> None:
     store = RedisStateStore(
         connect(redis_cluster.url),

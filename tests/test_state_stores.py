@@ -122,3 +122,15 @@ def test_a_batch_is_written_in_one_flush_and_the_first_verdict_stands(redis_url:
     assert shared.exact_lookup(["u:1"]) == {"u:1": "a"}
     assert [c.doc_id for c in shared.band_candidates("en", (1, 0, 0, 0))] == ["a"]
     shared.close()
+
+
+def test_a_prefix_with_a_brace_is_taken_on_one_server(redis_url: str) -> None:
+    """One server owns every slot: braces in the prefix change nothing there (refused on a cluster,
+    tests/test_redis_cluster.py)."""
+    store = RedisStateStore.from_url(redis_url, prefix=f"{{t{uuid.uuid4().hex}}}:")
+    assert store.exact_claim(["u:1"], "a", 0) == {"u:1": "a"}
+    store.add_canonical("a", 42, "en", (42, 0, 0, 0), 0)
+    store.record_verdict(Link.unique("a"))
+    assert [c.doc_id for c in store.band_candidates("en", (42, 1, 1, 1))] == ["a"]
+    assert store.verdict_of("a") == Link.unique("a")
+    store.close()

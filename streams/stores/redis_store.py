@@ -685,6 +685,12 @@ class RedisStateStore:
         self._lost = False
         """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
         cluster = self._cluster = isinstance(client, RedisCluster)
+        if cluster and "{" in prefix:
+            raise ValueError(
+                f"the Redis prefix {prefix!r} holds a '{{': on Redis Cluster a key is hashed by its first '{{...}}',"
+                " so every key would hash by the prefix instead of its bucket's own tag (all on one master, or"
+                " one tag's families in different slots); set DEDUP_REDIS_PREFIX without braces"
+            )
         self._slot: Callable[[str], int] = (lambda key: key_slot(key.encode())) if cluster else (lambda key: 0)
         """A key's slot; on one server every key is in one (it owns them all), so every group is one call."""
         self.keep = Keep(
