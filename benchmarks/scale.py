@@ -1,7 +1,7 @@
 """SimHash index at scale: candidates per query, band-read time, memory and replay rate, 100k to 10M canonicals.
 
 Run:  .venv/bin/python benchmarks/scale.py --canonicals 10000000 --json scale.json
-      [--points 100000,1000000,3000000,10000000] [--layouts 4x16,2of5,...] [--redis-url URL]
+      [--points 100000,1000000,3000000,10000000] [--layouts 4x16,8x32+p1,2of5,...] [--redis-url URL]
       [--skip-sqlite] [--sqlite-max 1000000] [--public-max 100000] [--batches 40]
       [--replay-links 100000] [--per-day 1000000] [--bucket-target 10000000] [--seed 0] [--jobs 2]
       [--fingerprints-only]
@@ -23,9 +23,11 @@ Queries are 256 x `--batches` more articles of another seed (none of them in the
 
 Layouts
 -------
-- `4x16` (baseline): today's four 16-bit bands, in the product's own stores, written as the
-  cascade registers a canonical (exact URL and content keys claimed, the canonical with its
-  bands, its verdict) with `published_at` one millionth of a day apart (--per-day):
+- The product's band layouts (`simhash.bands`, streams/features/bands.py): `4x16` (the
+  baseline: four 16-bit bands) and `8x32+p1` (eight 32-bit byte-plane tables, each key also
+  looked up one bit away), each in the product's own stores under a prefix of its own, written
+  as the cascade registers a canonical (exact URL and content keys claimed, the canonical with
+  its band keys, its verdict) with `published_at` one millionth of a day apart (--per-day):
   `BatchedState` flushed by `RedisStateStore.apply` per 512 under a lease, as the service
   writes; `SqliteStateStore` (`warm` of the exact keys, `exact_claim`, `add_canonical`,
   `record_verdict`, `commit` per 100,000), as the file runner writes. The public paths write
@@ -33,7 +35,8 @@ Layouts
   2-vCPU VM, so Redis takes them up to --public-max only; past it `ProductBulk` writes the
   same families in bulk with the store's own encoders, after `verify_bulk` has found that it
   writes, key for key and value for value, what the public path wrote up to --public-max
-  (it refuses to go on otherwise: the store's encoding changed). SQLite stops at --sqlite-max.
+  (it refuses to go on otherwise: the store's encoding changed), for each layout. SQLite stops
+  at --sqlite-max.
 - Candidate layouts, Redis only, bench-only indexes beside the baseline in the same server:
   the 64 bits cut into k blocks, one table per choice of m blocks (Manku, Jain and Das Sarma,
   WWW 2007: `2of5` = 10 tables of 25-26-bit keys, `3of6` = 20 tables of 31-33-bit keys);
@@ -43,7 +46,7 @@ Layouts
   seqs' fingerprints from a `s:` family as the product's (seq >> 8 -> seq -> simhash, day
   stamp, doc id). Buckets
   are sized for --bucket-target canonicals (about 64 keys each, below Redis's listpack
-  limit of 128). `4x16/day` is today's bands per day bucket (a million articles a day,
+  limit of 128). `4x16/day` is the 4x16 bands per day bucket (a million articles a day,
   --per-day), a query reading today's and yesterday's buckets.
 
 Measurements at each point
@@ -51,9 +54,9 @@ Measurements at each point
 - candidates per query: distinct canonicals (same language) a query gets back, mean.
 - band read: seconds per batch of 256 queries, p50 and p99 over --batches batches, both
   round trips (keys -> seqs, seqs -> fingerprints): `band_candidates_many` for the
-  baseline, `warm` + `band_candidates` for SQLite, the same two trips for the others.
+  product's layouts, `warm` + `band_candidates` for SQLite, the same two trips for the others.
 - bytes per canonical: Redis `INFO memory` used_memory grown while that index was written,
-  over N (the baseline: every key family). A candidate layout pays the baseline's families
+  over N (the product's layouts: every key family). A candidate layout pays the baseline's families
   except its bands and `s:` records (measured by MEMORY USAGE) plus its own tables and
   records. SQLite: the database file (and its WAL) over N.
 - recall within threshold: the pooled near-duplicate pairs of benchmarks/thresholds.py
@@ -65,8 +68,9 @@ Measurements at each point
   pooled and per language; also the share of the
   pairs within the threshold that are found.
 - replay: links.jsonl records (links schema, one `unique` link per canonical, from the
-  fingerprints) restored with `streams.core.replay.restore` into a fresh RedisStateStore,
-  as `dedup replay` restores dedup.links into Redis; --replay-links links (all when fewer).
+  fingerprints) restored record by record with `streams.core.replay.restore` into a fresh
+  RedisStateStore of each product layout (`dedup replay` batches them:
+  benchmarks/replay_speed.py); --replay-links links (all when fewer).
 """
 
 from __future__ import annotations

@@ -17,12 +17,14 @@ import orjson
 import pytest
 import redis
 
+from benchmarks.replay_speed import keys
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.ports import Reads, StateStore
 from streams.evaluation.corpus import NtrexDocument
 from streams.evaluation.stack import Stack
 from streams.features.bands import EIGHT_BY_32, FOUR_BY_16, LAYOUTS, BandLayout, layout
+from streams.kafka.replay import replay_links
 from streams.runner.embedded import RunPaths, run
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
@@ -280,4 +282,10 @@ def test_the_workers_in_8x32_give_the_verdicts_of_dedup_run_in_it(
     assert verdicts == {d: (link["verdict"], link["canonical_id"], link["stage"]) for d, link in embedded.items()}
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     assert client.get(f"{stack.name}:layout") == "2/16/8x32+p1"
+    # dedup.links rebuilds the state in this layout, key for key (one worker, one partition: the same order)
+    stats = replay_links(stack.settings(), client, None, prefix=f"{stack.name}-copy:")
+    assert stats.restored == len(lines) and not stats.bad
+    ignore = ("sweep", "clock", "replay")
+    live, replayed = keys(client, f"{stack.name}:", ignore), keys(client, f"{stack.name}-copy:", ignore)
+    assert {name for name in live if name.startswith("b:")} and replayed == live
     client.close()
