@@ -242,7 +242,7 @@ def decide_all(
     warming the store with each chunk's reads and committing between chunks every
     COMMIT_SECONDS, as the runner does."""
     with tempfile.TemporaryDirectory(prefix="bench-state-") as folder:
-        state = SqliteStateStore(Path(folder) / "state.sqlite3")
+        state = SqliteStateStore(Path(folder) / "state.sqlite3", band_layout=settings.simhash.band_layout)
         cascade = Cascade(settings, state)
         counts: Counter[str] = Counter()
         started, cpu_started = time.perf_counter(), time.process_time()

@@ -10,10 +10,11 @@ way it sets hash-max-listpack-value to docker-compose.yml's 256 first (--listpac
 server's, 64 by default); hash-max-listpack-entries stays Redis's default, 512.
 
 The default runs stages 1 to 3 over N synthetic articles (`synthetic_articles`: canonicals and their
-duplicates, realistic ids) through the cascade, the product's public path. It prints used_memory grown,
-bytes per canonical and per document, and per key family its MEMORY USAGE, how many of its hashes are
-still listpacks, and its longest field and value (a hash leaves the listpack encoding for good once one
-field or value is longer than hash-max-listpack-value).
+duplicates, realistic ids) through the cascade, the product's public path, in the configured band layout
+(DEDUP_SIMHASH__BANDS; `--bulk` writes 4x16 bands: benchmarks/scale.py measures 8x32+p1 at 10M). It
+prints used_memory grown, bytes per canonical and per document, and per key family its MEMORY USAGE, how
+many of its hashes are still listpacks, and its longest field and value (a hash leaves the listpack
+encoding for good once one field or value is longer than hash-max-listpack-value).
 
 `--bulk` writes N canonicals as the cascade registers them (both exact keys claimed, the canonical, its
 s: record and bands, its verdict) with scale.py's `ProductBulk`: the store's own key functions and
@@ -123,7 +124,7 @@ def _cascade(client: redis.Redis, bits: int, count: int) -> dict[str, Any]:
     settings = Settings(stages=["url", "content", "simhash"])
     featurizer = Featurizer(settings)
     before = _used(client)
-    cascade = Cascade(settings, RedisStateStore(client, PREFIX, bits))
+    cascade = Cascade(settings, RedisStateStore(client, PREFIX, bits, band_layout=settings.simhash.band_layout))
     verdicts: Counter[str] = Counter()
     started = time.perf_counter()
     for article in synthetic_articles(count):
