@@ -4,6 +4,7 @@ part of the layout marker, and a state written with other buckets is refused in 
 from __future__ import annotations
 
 import ast
+import hashlib
 import uuid
 from collections.abc import Iterator
 
@@ -11,7 +12,7 @@ import pytest
 import redis
 import yaml
 
-from streams.config import Settings
+from streams.config import RetentionSettings, Settings
 from streams.core.model import Link
 from streams.evaluation.services import REDIS_TUNING
 from streams.stores.redis_store import LAYOUT, LayoutMismatch, RedisStateStore, connect
@@ -103,3 +104,32 @@ def test_the_memory_benchmark_measures_the_redis_compose_runs() -> None:
     assert options["--hash-max-listpack-value"] == str(value)
     tuning = dict(zip(REDIS_TUNING[::2], REDIS_TUNING[1::2], strict=True))
     assert tuning == {key: options[key] for key in tuning}  # the tests' Redis is configured as compose's
+
+
+def test_an_exact_key_is_an_integer_field_of_its_bucket(client: redis.Redis) -> None:
+    """Layout 3: 64 bits of the key's hash as a signed decimal, which a listpack keeps as a 9-byte integer
+    where layout 2's 20 hex digits took 22 bytes (27 bytes a canonical, its two keys, at 10M)."""
+    prefix = _prefix()
+    store = RedisStateStore(client, prefix)
+    assert store.exact_claim(["u:1", "c:1"], "a", published_at=1_793_512_800) == {"u:1": "a", "c:1": "a"}
+    assert client.get(f"{prefix}layout") == "3/16"
+    fields = [field for key in client.scan_iter(match=f"{prefix}x:*") for field in client.hkeys(key)]
+    assert len(fields) == 2 and all(str(int(field)) == field and -(2**63) <= int(field) < 2**63 for field in fields)
+    assert all(client.object("encoding", key) == "listpack" for key in client.scan_iter(match=f"{prefix}x:*"))
+
+
+def test_a_layout_2_state_keeps_its_hex_exact_keys(client: redis.Redis) -> None:
+    """A state written before layout 3 is read and written as it was (its exact keys' fields 20 hex digits);
+    `dedup replay --fresh` rebuilds it in layout 3."""
+    prefix = _prefix()
+    digest = hashlib.blake2b(b"u:old", digest_size=16).hexdigest()
+    client.hset(f"{prefix}x:{{{digest[:2]}}}{digest[2:4]}", digest[4:24], "4e80old")  # day 0x4e80: 2025
+    store = RedisStateStore(client, prefix)
+    store.record_verdict(Link.unique("old"))  # marks the state: as layout 3, unless it says otherwise
+    client.set(f"{prefix}layout", "2/16")
+    older = RedisStateStore(client, prefix, retention=RetentionSettings(exact_days=0))
+    assert older.exact_lookup(["u:old"]) == {"u:old": "old"}
+    assert older.exact_claim(["u:new"], "new", published_at=1_793_512_800) == {"u:new": "new"}
+    new = hashlib.blake2b(b"u:new", digest_size=16).hexdigest()
+    assert client.hget(f"{prefix}x:{{{new[:2]}}}{new[2:4]}", new[4:24]) is not None
+    assert RedisStateStore(client, prefix).exact_lookup(["u:new"]) == {"u:new": "new"}

@@ -9,7 +9,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | hash | field | value |
 |---|---|---|
 | `v:{t}…` of `B(doc_id)` | doc_id | the verdict: its stamp, its `seq`, a space, then `_verdict_value` (model by code) |
-| `x:{t}…` of `B(key)` | 80 more bits of the key's hash | stamp, then the canonical (or document under review) named |
+| `x:{t}…` of `B(key)` | 64 more bits of the key's hash, an integer | stamp, then the canonical (or doc in review) |
 | `c:{t}…` of `B(doc_id)` | doc_id | a canonical's first-seen `seq` (marks it registered; s: holds the stamp) |
 | `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
 | `b:{t}{language}:{table}:{key >> shift}` | the key's low bits | the `seq`s of the canonicals with that key |
@@ -57,12 +57,13 @@ stamps included), such an index cost 130 bytes more per canonical as appended st
 sets; the stamps cost 10 (283 before them). The scripts get the clock as an argument (its key
 is in another slot), read with the batch.
 
-Layouts. A state written in another layout (before the stamps, before the hash tags) or with
-another bucket count would be misread: the store refuses it in one line (`LayoutMismatch`:
-set the bucket bits it names, or rebuild it with `dedup replay`). An empty state is marked
-with `{prefix}layout` on first use (`2/16`: layout 2, 16 bucket bits; a plain `2` was written
-before the count was a setting, with 12); data (a seq, vseq, clock, sweep or languages key)
-without it is an older layout.
+Layouts. A state written in another layout (before the stamps, before the hash tags), with
+another bucket count or another band layout would be misread: the store refuses it in one line
+(`LayoutMismatch`: set the bucket bits or bands it names, or rebuild it with `dedup replay`). An
+empty state is marked with `{prefix}layout` on first use (`3/16`: layout 3, 16 bucket bits, 4x16
+bands; `3/16/8x32+p1` with those bands); data (a seq, vseq, clock, sweep or languages key) without
+it is an older layout. A layout 2 state (`2/16`, a plain `2` with 12 bucket bits) is read and written
+as it was, its exact keys' fields in hex; `dedup replay --fresh` rebuilds it in layout 3.
 
 Lost. A batch reads the layout marker and the replay's checkpoint in its first round trip. A marker
 this store saw and that is gone now means Redis was emptied under it (restarted without its data,
@@ -222,8 +223,10 @@ _SWEEP_BUCKETS = 1024
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 5_000
 """Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
-LAYOUT = "2"
-"""The key layout this code reads (`{prefix}layout`): 2 is hash-tagged buckets; a state without it is older."""
+LAYOUT = "3"
+"""The key layout this code writes (`{prefix}layout`): hash-tagged buckets, exact keys' fields integers."""
+_HEX_FIELDS = "2"
+"""The layout before 3, still read and written as it was: its exact keys' fields are 20 hex digits."""
 _BANDS_BEFORE = FOUR_BY_16.name
 """The band layout of a marker that names none (`2/16`): the only one before band layouts were recorded."""
 
@@ -670,6 +673,8 @@ class RedisStateStore:
         self._singletons = (self._seq, self._vseq, self._clock, self._cursor, self._languages)
         """The keys of no slot group but the layout marker (their presence without it: an older layout)."""
         self._layout_checked = False
+        self._hex_fields = False
+        """The state is of layout 2: its exact keys' fields are hex (`_exact`)."""
         self._fences = [f"{prefix}lock:fence:{{{tag}}}" for tag in _TAG_HEX]
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self._fence_of = dict(zip(_TAG_HEX, self._fences, strict=True))
@@ -746,11 +751,17 @@ class RedisStateStore:
         return self._hashed(kind, hashlib.blake2b(item.encode(), digest_size=8).hexdigest())
 
     def _exact(self, key: str) -> tuple[str, str]:
-        """(bucket, field) of an exact key: the bucket's bits of its hash, then 80 more in the field (with 16
-        bucket bits, two of a billion keys share all 96 with odds of about 1e-11); a field 16 bits
-        shorter than before pays for the value's stamp."""
-        digest = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-        return self._hashed("x", digest), digest[self._bucket_hex : self._bucket_hex + 20]
+        """(bucket, field) of an exact key: the bucket's bits of its hash, then 64 more in the field as a signed
+        decimal, which a listpack keeps as a 9-byte integer (with 16 bucket bits, two of 20M keys share all
+        80 bits with odds of about 2e-10, two of a billion 4e-7). A layout 2 state has 80 bits in 20 hex
+        digits there, 22 bytes a field: 27 bytes more a canonical at 10M."""
+        if not self._layout_checked:
+            self._ensure_layout()  # the field's encoding is the state's
+        digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
+        hexed = digest.hex()
+        if self._hex_fields:
+            return self._hashed("x", hexed), hexed[self._bucket_hex : self._bucket_hex + 20]
+        return self._hashed("x", hexed), str(int.from_bytes(digest[8:], "little", signed=True))
 
     def _entries_key(self, bucket: int) -> str:
         """The s: bucket of seqs `bucket * 256` to `bucket * 256 + 255`."""
@@ -840,14 +851,14 @@ class RedisStateStore:
                 f"streams-dedup (no {layout_key} key): delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        written = f"{LAYOUT}/12" if layout == LAYOUT else layout  # marked before the bucket count was
+        written = f"{_HEX_FIELDS}/12" if layout == _HEX_FIELDS else layout  # marked before the bucket count was
         kind, bits, bands = [*(written or "").split("/", 2), "", ""][:3]
         bands = bands or _BANDS_BEFORE  # marked before band layouts were
-        if layout is not None and kind != LAYOUT:
+        if layout is not None and kind not in (LAYOUT, _HEX_FIELDS):
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
-                f"layout {LAYOUT}: delete its keys (or set another DEDUP_REDIS_PREFIX) "
-                "and rebuild it with `dedup replay`"
+                f"layouts {_HEX_FIELDS} and {LAYOUT}: rebuild it with `dedup replay --fresh` (or into another "
+                "DEDUP_REDIS_PREFIX)"
             )
         if layout is not None and bits != str(self._bucket_bits):
             raise LayoutMismatch(
@@ -871,6 +882,7 @@ class RedisStateStore:
             self._run([partial(_set_absent, key=key, value=0) for key in missing])
         if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
             return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
+        self._hex_fields = kind == _HEX_FIELDS
         self._layout_checked = True
 
     def clear(self) -> int:
