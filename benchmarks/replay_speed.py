@@ -231,6 +231,8 @@ def keys(client: redis.Redis, prefix: str, ignore: tuple[str, ...] = ("sweep", "
         if name.startswith("lock:") or name in ignore:
             continue
         found[name] = client.hgetall(key) if client.type(key) == "hash" else client.get(key)
+    if "layout" in found:  # the layout, not the token each state was marked with
+        found["layout"] = found["layout"].partition(" ")[0]
     return found
 
 

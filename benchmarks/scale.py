@@ -658,6 +658,7 @@ class ProductBulk:
         self.bands = ProductBands(client, self.store, self.records)
 
     def grow(self, fps: np.ndarray, start: int, stop: int) -> None:
+        self.store.clock()  # marks an empty state (its layout, a token of its own) as the public path does
         self.bands.grow(fps, start, stop)
         self.records.grow(fps, start, stop, _doc_id)
         buckets: dict[str, dict[str, str]] = {}
@@ -683,7 +684,6 @@ class ProductBulk:
             pipe.set(f"{self.prefix}seq", stop)
             pipe.set(f"{self.prefix}vseq", stop)
             pipe.set(f"{self.prefix}clock", int(published(stop - 1, self.per_day)))
-            pipe.set(f"{self.prefix}layout", self.store.layout)
             pipe.execute()
 
 
@@ -708,6 +708,8 @@ def dump(client: redis.Redis, prefix: str) -> dict[str, Any]:
                 else:
                     pipe.get(key)
             found.update((key[len(prefix) :], value) for key, value in zip(part, pipe.execute(), strict=True))
+    if "layout" in found:  # each state's token is its own
+        found["layout"] = found["layout"].partition(" ")[0]
     return found
 
 

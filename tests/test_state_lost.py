@@ -137,3 +137,28 @@ def test_replay_fresh_rebuilds_a_state_a_failover_left_in_part(
     assert keys(client, prefix, ignore=("sweep",)) == whole
     assert RedisStateStore(client, prefix).verdict_of(next(iter(link_records(1, seed=3)))[0]) is not None
     client.close()
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["same layout", "from layout 2"])
+def test_a_state_rebuilt_under_a_running_store_is_never_written_into(one_or_cluster_url: str, older: bool) -> None:
+    """`dedup replay --fresh` while a worker runs: the worker waits out the checkpoint and, unless one of its
+    batches fell in the instant the marker was gone, never saw the state lost. The rebuilt state is not the
+    one it read: its model codes are drawn again, and a layout 2 state comes back as layout 3 (exact keys as
+    integers, where the worker would write and look up hex). It refuses, until restarted."""
+    client = connect(one_or_cluster_url)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    _apply(store, client, _batch("a"))
+    if older:  # a state of before layout 3, as the worker found it at its start
+        client.set(f"{prefix}layout", "2/16")
+        store = RedisStateStore(client, prefix)
+        _apply(store, client, _batch("b"))
+    rebuilt = RedisStateStore(client, prefix, restoring=True)
+    rebuilt.clear()
+    _apply(rebuilt, client, _batch("a"))  # what the replay restores: marked anew, as layout 3
+    with pytest.raises(StateLost, match=r"rebuilt.*restart"):
+        _apply(store, client, _batch("c"))
+    assert RedisStateStore(client, prefix).verdict_of("c") is None
+    restarted = RedisStateStore(client, prefix)
+    _apply(restarted, client, _batch("c"))
+    assert restarted.exact_lookup(["u:a", "u:c"]) == {"u:a": "a", "u:c": "c"}

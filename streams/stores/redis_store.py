@@ -20,7 +20,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
 | `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
-| `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands]: the key layout, bucket count and band layout written in |
+| `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands], a space, a token drawn when the state was marked ("Lost") |
 | `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t`; made with `layout` ("Lost") |
 | `models:{00}` (hash) | `n{name}`, `c{code}`, `#` | embedding models' codes (a verdict names its model by code) |
@@ -66,7 +66,10 @@ it is an older layout. A layout 2 state (`2/16`, a plain `2` with 12 bucket bits
 as it was, its exact keys' fields in hex; `dedup replay --fresh` rebuilds it in layout 3.
 
 Lost. A batch reads the layout marker and the replay's checkpoint in its first round trip. A marker
-this store saw and that is gone now means Redis was emptied under it (restarted without its data,
+this store saw and that is gone now means Redis was emptied under it, and one with another token
+that the state was rebuilt under it (`dedup replay --fresh` while the process waited for the replay:
+its model codes, and a layout 2 state's hex exact keys, are the old state's); either way it never
+writes again. A marker that is gone means Redis was emptied under it (restarted without its data,
 flushed, failed over to an empty replica): written into, the state would give redelivered documents
 second verdicts, make duplicates canonicals and restart the verdict counter that replay orders by.
 The store refuses every write from then on (`StateLost`: the worker's batch is retried and /readyz
@@ -170,6 +173,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -673,6 +677,8 @@ class RedisStateStore:
         self._singletons = (self._seq, self._vseq, self._clock, self._cursor, self._languages)
         """The keys of no slot group but the layout marker (their presence without it: an older layout)."""
         self._layout_checked = False
+        self._marker: str | None = None
+        """The layout marker as this store found (or made) it: a batch that reads another refuses ("Lost")."""
         self._hex_fields = False
         """The state is of layout 2: its exact keys' fields are hex (`_exact`)."""
         self._fences = [f"{prefix}lock:fence:{{{tag}}}" for tag in _TAG_HEX]
@@ -851,8 +857,9 @@ class RedisStateStore:
                 f"streams-dedup (no {layout_key} key): delete its keys (or set another DEDUP_REDIS_PREFIX) "
                 "and rebuild it with `dedup replay`"
             )
-        written = f"{_HEX_FIELDS}/12" if layout == _HEX_FIELDS else layout  # marked before the bucket count was
-        kind, bits, bands = [*(written or "").split("/", 2), "", ""][:3]
+        config = (layout or "").partition(" ")[0]  # then the state's token, if it was marked with one
+        written = f"{_HEX_FIELDS}/12" if config == _HEX_FIELDS else config  # marked before the bucket count was
+        kind, bits, bands = [*written.split("/", 2), "", ""][:3]
         bands = bands or _BANDS_BEFORE  # marked before band layouts were
         if layout is not None and kind not in (LAYOUT, _HEX_FIELDS):
             raise LayoutMismatch(
@@ -880,8 +887,11 @@ class RedisStateStore:
             self._lose(missing[0])  # marked, and part of it gone: a master failed over to an empty replica
         if missing:  # a new state, or one no lease ever wrote (every lease publishes to every group)
             self._run([partial(_set_absent, key=key, value=0) for key in missing])
-        if layout is None and not self._redis.set(layout_key, self.layout, nx=True):
-            return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
+        if layout is None:
+            layout = f"{self.layout} {secrets.token_hex(6)}"  # this state's own: a rebuilt one has another
+            if not self._redis.set(layout_key, layout, nx=True):
+                return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
+        self._marker = layout
         self._hex_fields = kind == _HEX_FIELDS
         self._layout_checked = True
 
@@ -916,13 +926,21 @@ class RedisStateStore:
         )
 
     def _check_state(self, layout: str | None, replaying: str | None) -> None:
-        """Refuse to write into a state that is gone or half restored (`StateLost`), with what to do."""
+        """Refuse to write into a state that is gone, rebuilt since this store began on it, or half restored
+        (`StateLost`), with what to do."""
         if layout is None or self._lost:
             self._lost = True  # what this process read before may be of the lost state: never again here
             raise StateLost(
                 f"the Redis state under prefix {self._prefix!r} is gone ({self._layout} is missing): Redis was "
                 "emptied (restarted without its data, flushed, or failed over to an empty replica). Nothing is "
                 "written into it: rebuild it with `dedup replay`, then restart this process"
+            )
+        if layout != self._marker:
+            self._lost = True  # its model codes, its layout's encodings: what this process knows is of the old one
+            raise StateLost(
+                f"the Redis state under prefix {self._prefix!r} was rebuilt since this process began on it (its "
+                f"marker {self._layout} is {layout!r}, was {self._marker!r}: `dedup replay --fresh`, or a state "
+                "written anew). Nothing is written into it from here: restart this process"
             )
         if replaying is not None and not self._restoring:
             raise StateLost(
