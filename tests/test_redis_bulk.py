@@ -100,6 +100,7 @@ def _dump(client: Any, prefix: str) -> dict[str, Any]:
         if name.startswith("lock:") and not name.startswith("lock:fence:"):
             continue
         found[name] = client.hgetall(key) if client.type(key) == "hash" else client.get(key)
+    found["layout"] = found["layout"].partition(" ")[0]  # each state's token is its own
     return found
 
 

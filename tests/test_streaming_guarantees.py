@@ -23,6 +23,7 @@ import orjson
 import pytest
 import redis
 
+from benchmarks.replay_speed import keys
 from streams.evaluation.corpus import NtrexDocument, synthetic_articles
 from streams.evaluation.services import LocalKafka, LocalRedis, freeze
 from streams.evaluation.stack import Stack, assert_invariants
@@ -50,13 +51,7 @@ def aof_redis(tmp_path: Path) -> Iterator[LocalRedis]:
 def redis_state(client: redis.Redis, prefix: str) -> dict[str, Any]:
     """Every key under `prefix` with its value: what replay must give back. Not the lease, nor the sweep's
     cursor: where a pass over the buckets has got to (the live one may be mid-pass, the replay's done)."""
-    state: dict[str, Any] = {}
-    for key in client.scan_iter(f"{prefix}*"):
-        name = key[len(prefix) :]
-        if name.startswith("lock:") or name == "sweep":
-            continue
-        state[name] = client.hgetall(key) if client.type(key) == "hash" else client.get(key)
-    return state
+    return keys(client, prefix, ignore=("sweep",))
 
 
 def _oversized(ntrex: list[NtrexDocument], size: int) -> dict[str, Any]:
