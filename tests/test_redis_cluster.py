@@ -265,7 +265,13 @@ def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url:
     assert _seen(crashed) == _seen(clean)
     assert _seen(clean)[3] == {"a": 2, "c": 1}
     assert not _markers(client, crashed._prefix)
+    assert not _pending(client, crashed._prefix)
     client.close()
+
+
+def _pending(client: Any, prefix: str) -> list[str]:
+    """The documents whose link is pending (a batch stopped between its rounds)."""
+    return [field for key in client.scan_iter(f"{prefix}p:*") for field in client.hkeys(key)]
 
 
 def _markers(client: Any, prefix: str) -> list[str]:
@@ -275,9 +281,10 @@ def _markers(client: Any, prefix: str) -> list[str]:
 
 
 def test_a_redelivery_that_finds_its_verdicts_standing_takes_out_the_markers_a_crash_left(redis_url: str) -> None:
-    """Stopped after its verdicts, before its group sizes: the growths are counted and their markers left.
-    The batch read again (a worker's redelivery, a resumed replay) finds every verdict standing and writes
-    nothing, and the markers go, so the state is the one a batch applied once leaves, key for key."""
+    """Stopped after its verdicts, before its group sizes: the growths are counted and their markers left,
+    and the duplicate's pending link. The batch read again (a worker's redelivery, a resumed replay) finds
+    every verdict standing and writes nothing, and the markers and the pending link go, so the state is the
+    one a batch applied once leaves, key for key."""
     client = connect(redis_url)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     landed = _crash_after(store, 3)
@@ -286,10 +293,12 @@ def test_a_redelivery_that_finds_its_verdicts_standing_takes_out_the_markers_a_c
             store.apply(_batch(), lease)
         store._sink = landed  # type: ignore[method-assign]
         assert _markers(client, store._prefix)
+        assert _pending(client, store._prefix) == ["b"]
         batched = BatchedState(store)
         batched.warm(Reads(doc_ids=["a", "b", "c"], exact_keys=[], band_queries=[]))
         assert batched.flush(lease) == {}  # nothing decided: every document stood already
     assert not _markers(client, store._prefix)
+    assert not _pending(client, store._prefix)
     assert store.group_sizes(["a", "c"]) == {"a": 2, "c": 1}  # a and b; c alone
     client.close()
 

@@ -32,6 +32,12 @@ canonical" in a way that deletes data or makes a chain:
   members' links would be chains. Its own exact keys lead it back to itself too.
 - A vector neighbour older than `vectors_hours` is never searched for (the
   window starts at the horizon), even before the sweep removes it.
+
+Redelivered: a document decided once and decided again (its batch stopped before
+its verdict was recorded) gets the verdict it got the first time. A verdict that
+stands is given again; a link left pending by a write stopped half-way (the
+store's `pending_of`) is recorded as it was, since deciding again would find the
+document's own claims.
 """
 
 from __future__ import annotations
@@ -218,6 +224,8 @@ class Cascade:
         prior = self._state.verdict_of(doc.doc_id)
         if prior is not None:
             return Decision(prior, repeated=True, version=_version(doc))
+        if (pending := self._pending(doc)) is not None:
+            return self._recorded(doc, pending, self._attach(doc, pending))
         link = self._cheap(doc, timed=True, through=through)
         if link is None or link.canonical_id == doc.doc_id or self._was_canonical(doc):
             # Not found; or an exact key that names this very document: a redelivered copy of it
@@ -234,6 +242,8 @@ class Cascade:
         prior = self._state.verdict_of(doc.doc_id)
         if prior is not None:
             return Decision(prior, repeated=True, version=_version(doc))
+        if (pending := self._pending(doc)) is not None:
+            return self._recorded(doc, pending, self._attach(doc, pending))
         link = self._cheap(doc, timed=True)
         candidates = None
         if link is None and self.semantic:
@@ -258,6 +268,18 @@ class Cascade:
         if decision.repeated or candidates is None:
             return decision
         return replace(decision, candidates=candidates)
+
+    def _pending(self, doc: Document) -> Link | None:
+        """The link an earlier attempt at `doc` began writing and did not finish (`StateStore.pending_of`):
+        its claims (to its canonical, or under review to itself) may be in the state, so deciding again
+        would find them and make a near-duplicate a URL duplicate, a document under review a canonical.
+        Its writes are made again instead (each once). None where there is none, or where its canonical
+        is no canonical by now (a relink since): decided afresh."""
+        link = self._state.pending_of(doc.doc_id)
+        if link is None:
+            return None
+        held = self._state.verdict_of(link.canonical_id)
+        return None if held is not None and not held.verdict.canonical else link
 
     def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
         """Record the verdict with the content it was given to; if another worker recorded one for

@@ -38,6 +38,10 @@ class StateStore(Protocol):
     def verdict_of(self, doc_id: str) -> Link | None:
         """The verdict already given to `doc_id`, so a redelivery gets the same one."""
 
+    def pending_of(self, doc_id: str) -> Link | None:
+        """The link a write of `doc_id`'s verdict stopped half-way left pending: its claims and its group's
+        growth may be in the state, its verdict is not (None on a store that writes a batch whole)."""
+
     def record_verdict(self, link: Link) -> Link:
         """Record the document's verdict unless it has one already; returns the verdict that stands.
         Stamped with `link.published_at` (the clock when None).

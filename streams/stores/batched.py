@@ -86,6 +86,8 @@ class BatchedState:
         self._writes: list[Write] = []
         self._standing: list[tuple[str, str]] = []
         """(canonical, member) of the batch's documents linked already when read: redeliveries."""
+        self._pending: dict[str, Link] = {}
+        """The pending links the batch's documents were read with: a stopped batch's (`pending_of`)."""
         self._stored_clock: int | None = None
         self._newest = 0
         """The newest stamp written in this batch: `apply` moves the clock there."""
@@ -100,7 +102,7 @@ class BatchedState:
         self._warmed_at = time.monotonic()
         backend = self._backend
         doc_ids = _unique(reads.doc_ids)
-        self._stored_clock, verdicts = backend.verdicts_at(doc_ids)
+        self._stored_clock, verdicts, self._pending = backend.verdicts_at(doc_ids)
         self._verdicts.update(verdicts)
         self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
         keys = _unique(reads.exact_keys)
@@ -123,7 +125,7 @@ class BatchedState:
         (and with `exact`, `StaleSnapshot`) when nothing was written: decide again.
         """
         try:
-            applied = self._apply(lease, exact)
+            applied = self._apply(lease, exact, mark=True)
             standing = self._backend.verdicts_of(applied.lost)
             for doc_id, seq in applied.seqs.items():
                 link = self._verdicts.get(doc_id)
@@ -135,17 +137,18 @@ class BatchedState:
 
     def flush_applied(self, lease: Lease, exact: bool = False) -> Applied:
         """`flush` for a caller that publishes nothing (a replay): what `apply` did, without building
-        (nor reading) the verdicts that stand, a copy of each link per document."""
+        (nor reading) the verdicts that stand, a copy of each link per document. Its links were decided
+        already, so none is left pending (its redelivery applies the same links again)."""
         try:
-            return self._apply(lease, exact)
+            return self._apply(lease, exact, mark=False)
         finally:
             self.reset()
 
-    def _apply(self, lease: Lease, exact: bool) -> Applied:
-        """The buffered writes applied (with the markers of the documents read linked already), then the
-        sweep after a batch that wrote."""
+    def _apply(self, lease: Lease, exact: bool, mark: bool) -> Applied:
+        """The buffered writes applied (with the markers and pending links of the documents read linked
+        already), then the sweep after a batch that wrote."""
         writes, self._writes = self._writes, []
-        applied = self._backend.apply(writes, lease, exact, self._standing)
+        applied = self._backend.apply(writes, lease, exact, self._standing, mark)
         if writes:
             self._sweep(lease, applied.clock)
         return applied
@@ -196,6 +199,15 @@ class BatchedState:
         if doc_id not in self._verdicts:
             self._verdicts[doc_id] = self._backend.verdict_of(doc_id)
         return self._verdicts[doc_id]
+
+    def pending_of(self, doc_id: str) -> Link | None:
+        """As read with the batch's verdicts: a document not warmed is read on its own."""
+        if doc_id not in self._verdicts:
+            link = self._backend.pending_of(doc_id)
+            if link is not None:
+                self._pending[doc_id] = link
+            return link
+        return self._pending.get(doc_id)
 
     def record_verdict(self, link: Link) -> Link:
         """Seen by the rest of the batch even when past its retention already: it is the verdict the

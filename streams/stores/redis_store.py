@@ -15,6 +15,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `b:{t}{language}:{table}:{key >> shift}` | the key's low bits | the `seq`s of the canonicals with that key |
 | `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
 | (the same) | `\x00` + 16 hex digits | while a batch is written: a member's growth of a group ("Writes") |
+| `p:{t}…` of `B(doc_id)` | doc_id | while a batch is written: a linked document's link, pending (`_verdict_value`) |
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
@@ -96,7 +97,8 @@ per write made redis-py's per-command work most of `dedup replay`'s client time)
 1. checks: the lease key still holds our token, the verdicts of the batch's documents (one
    decided meanwhile has its whole group dropped), the clock;
 2. seqs: `INCRBY` on the counters draws exactly the verdict and canonical seqs the batch
-   needs (a c: entry read first: a canonical registered already keeps its seq);
+   needs (a c: entry read first: a canonical registered already keeps its seq); and the
+   pending link of each linked document (a duplicate, one under review), before any claim;
 3. exact keys (first writer wins; the same holder claiming again changes nothing) and the
    c: entry of each new canonical (compare-and-set on the seq read in 2);
 4. its s: entry (set where absent) and its band entries (the seq added where not there); a
@@ -106,14 +108,18 @@ per write made redis-py's per-command work most of `dedup replay`'s client time)
 5. verdicts, last: first writer wins, atomic per document (one field in one slot); a removed
    canonical's c: entry goes here, so a redelivered removal still finds its seq;
 6. group sizes: the markers of 4 taken out, or for a verdict not recorded in 5 the growth
-   undone with its marker; shrinks (a relink) here.
+   undone with its marker; shrinks (a relink) here; the pending links of 2 taken out.
 
 A crash after 3 leaves a c: entry whose s: entry is missing: the redelivery finds it dead
 and registers the canonical under a new seq (a seq left in a band entry without an s: entry
 is no candidate). A crash after 4 leaves a live registration: registered again, its band
-entries are written where missing. Claims name the document itself, so its redelivery finds
-them its own; meanwhile another document may be linked to that document, which the
-redelivery then decides the same way (it holds the keys). A crash after 4 leaves a group
+entries are written where missing. A canonical's claims name the document itself, so its
+redelivery finds them its own; meanwhile another document may be linked to that document,
+which the redelivery then decides the same way (it holds the keys). A linked document's
+claims name its canonical (or, under review, itself): decided again, it would find them and
+be a URL duplicate where it was a near-duplicate, or a canonical where it was under review;
+its pending link (2) is what the redelivery records instead (`pending_of`, the cascade's
+"Redelivered"). A crash after 4 leaves a group
 grown for a member not yet recorded: the redelivery decides it again, finds its marker and
 grows nothing more. A crash between 5 and 6 leaves groups counted and their markers: the
 redelivery finds the verdicts standing and takes the markers out (`_settle`); a group is
@@ -350,7 +356,8 @@ return removed
 #     while the live key holds the expected one; 1 or 0.
 # 'g' register (c bucket): doc_id, the seq it is expected to hold ('' none), its new seq. Compare-and-set;
 #     the seq it holds afterwards (0: none).
-# 'e' an s: entry: seq, entry, set where absent. 'D' an s: entry removed: seq.
+# 'e' an s: entry: seq, entry, set where absent. 'D' a field removed (an s: entry, a pending link): its name.
+# 'p' a pending link (p bucket): doc_id, the encoded link; set.
 # 'b' a band entry: band value, seq, added unless there already (a write applied again changes nothing);
 #     'B' the seq taken out (the field goes when it holds no other).
 # 'u' unregister (c bucket): doc_id, seq: forgotten if it still names seq; 1 or 0.
@@ -431,6 +438,9 @@ while a <= #ARGV do
     a = a + 5
   elseif code == 'e' then
     redis.call('HSETNX', key, ARGV[a + 2], ARGV[a + 3])
+    a = a + 4
+  elseif code == 'p' then
+    redis.call('HSET', key, ARGV[a + 2], ARGV[a + 3])
     a = a + 4
   elseif code == 'D' then
     answer = redis.call('HDEL', key, ARGV[a + 2])
@@ -903,7 +913,7 @@ class RedisStateStore:
         Returns how many keys went."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix)
         removed = 0
-        for family in ("v", "x", "c", "s", "b", "g", "models", "lock:fence"):
+        for family in ("v", "x", "c", "s", "b", "g", "p", "models", "lock:fence"):
             found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
                 removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
@@ -980,12 +990,31 @@ class RedisStateStore:
 
     def verdicts_of(self, doc_ids: Sequence[str]) -> dict[str, Link | None]:
         """The verdicts of many documents in one round trip (None: not decided, or past its retention)."""
-        return self.verdicts_at(doc_ids)[1] if doc_ids else {}
-
-    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None]]:
-        """The clock and the verdicts read at it, in one round trip."""
+        if not doc_ids:
+            return {}
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
-        return clock, self._verdicts(doc_ids, values, clock)
+        return self._verdicts(doc_ids, values, clock)
+
+    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None], dict[str, Link]]:
+        """The clock, the verdicts read at it and the pending links there are (`pending_of`), in one round
+        trip (a document's p: bucket is in its v: bucket's slot: the same script calls)."""
+        digests = [hashlib.blake2b(doc_id.encode(), digest_size=8).hexdigest() for doc_id in doc_ids]
+        places = [(self._hashed("v", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
+        places += [(self._hashed("p", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
+        clock, values = self._read(places)
+        half = len(doc_ids)
+        pending = {
+            doc_id: _read_link(doc_id, value, self._model_name)
+            for doc_id, value in zip(doc_ids, values[half:], strict=True)
+            if value is not None
+        }
+        return clock, self._verdicts(doc_ids, values[:half], clock), pending
+
+    def pending_of(self, doc_id: str) -> Link | None:
+        """The link a batch stopped between its write rounds began recording for `doc_id` (a duplicate, one
+        under review): its claims and its group's growth may be in the state, its verdict is not (see
+        "Writes"). Its redelivery records that link instead of deciding again from its own claims."""
+        return self.verdicts_at([doc_id])[2].get(doc_id)
 
     def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
         verdicts = {}
@@ -1126,7 +1155,12 @@ class RedisStateStore:
     # Batches
 
     def apply(
-        self, writes: Sequence[Write], fence: Lease, exact: bool = False, standing: Sequence[tuple[str, str]] = ()
+        self,
+        writes: Sequence[Write],
+        fence: Lease,
+        exact: bool = False,
+        standing: Sequence[tuple[str, str]] = (),
+        mark: bool = True,
     ) -> Applied:
         """Carry out a batch's buffered writes, fenced by `fence`, slot by slot (see the module's "Writes").
 
@@ -1146,7 +1180,9 @@ class RedisStateStore:
 
         The clock moves to the batch's newest stamp first; a write without a `published_at` is
         stamped with that clock. `standing`: (canonical, member) of the batch's documents whose link
-        stood already when it was read (redelivered): their group markers, if a crash left any, go.
+        stood already when it was read (redelivered): their group markers and pending links, if a crash
+        left any, go. With `mark` (a batch decided from the state, not a replay of links decided already)
+        the link of each linked document is left pending until its verdict is recorded ("Writes").
         """
         self._ensure_layout()
         groups = _by_document(writes)
@@ -1159,13 +1195,17 @@ class RedisStateStore:
         replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
         docs = [*closing, *targets]
-        calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
+        places = [(self._bucket("v", doc_id), doc_id) for doc_id in docs]
+        places += [(self._bucket("p", doc_id), doc_id) for doc_id in closing]
+        calls, gather = self._field_calls(places)
         marks = [partial(_get, key=key) for key in (fence.key, self._clock, self._layout, self.checkpoint_key)]
         held, clock, layout, replaying, *found = self._run([*marks, *calls])
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
         self._check_state(layout, replaying)
-        stored = self._verdicts(docs, gather(found), int(clock or 0))
+        values = gather(found)
+        stored = self._verdicts(docs, values[: len(docs)], int(clock or 0))
+        pending = [doc_id for doc_id, value in zip(closing, values[len(docs) :], strict=True) if value is not None]
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
@@ -1173,8 +1213,9 @@ class RedisStateStore:
         applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
         skipped = set(applied.lost)
         settled = [*standing, *_settled(groups, decided)]
-        if settled:
-            self._settle(settled, fence.epoch, int(clock or 0))
+        unpending = [doc_id for doc_id in pending if doc_id in skipped]
+        if settled or unpending:
+            self._settle(settled, fence.epoch, int(clock or 0), unpending)
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
@@ -1193,8 +1234,11 @@ class RedisStateStore:
         closers: list[int | None] = []
         for doc_id, group in kept:
             closers += [len(closers) + len(group) - 1 if doc_id is not None else None] * len(group)
+        links = [w.link for d, w in closing.items() if d not in skipped and isinstance(w, VerdictWrite)] if mark else []
+        marked = [link for link in links if not link.verdict.canonical]
+        read = [doc_id for doc_id in pending if doc_id not in skipped]
         try:
-            results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers)
+            results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers, (marked, read))
         except redis.ResponseError as exc:
             if str(exc).startswith("FENCED"):
                 raise LeaseLost(f"lease {fence.key} was taken by a newer holder while the batch was written") from None
@@ -1207,13 +1251,16 @@ class RedisStateStore:
                     applied.lost.append(write.link.doc_id)
         return applied
 
-    def _settle(self, members: Sequence[tuple[str, str]], epoch: int, clock: int) -> None:
+    def _settle(self, members: Sequence[tuple[str, str]], epoch: int, clock: int, pending: Sequence[str] = ()) -> None:
         """Take out the group markers of (canonical, member) pairs whose member's link stands: a batch that
         stopped between its verdicts and its group sizes (round 6 of `_write`) counted the growth and left
-        the marker. A marker that is not there costs an HDEL of nothing."""
+        the marker. A marker that is not there costs an HDEL of nothing. The same for the pending links of
+        the members and of `pending`, documents whose verdict stands."""
         bulk = _Bulk(self)
         for canonical_id, member in members:
             bulk.add(self._bucket("g", canonical_id), "M", (_marker(canonical_id, member),))
+        for doc_id in dict.fromkeys((*(member for _, member in members), *pending)):
+            bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         try:
             self._sink(bulk.calls(epoch, clock))
         except redis.ResponseError as exc:
@@ -1227,13 +1274,16 @@ class RedisStateStore:
         epoch: int = 0,
         clock: int | None = None,
         closers: Sequence[int | None] | None = None,
+        pending: tuple[Sequence[Link], Sequence[str]] = ((), ()),
     ) -> tuple[list[Any], int]:
         """Carry out `writes` in rounds, each a pipeline of one-slot scripts fenced by `epoch` (0: unfenced):
         the registrations held and the seqs to draw; exact keys and the c: entries of new canonicals; their
         s: and band entries; verdicts; group sizes. Returns what each write returns on its own (a claim its
         holders, a verdict its seq or 0, a canonical its seq, a group its members) and the clock. With
         `closers` (a batch: the index of the verdict closing each write's document) the clock moves to
-        `clock` first, and a group grows only for a verdict recorded now."""
+        `clock` first, and a group grows only for a verdict recorded now. `pending`: the links to leave
+        pending from the first round to the last (written with the seqs), and the documents whose pending
+        link from before goes in the last."""
         self._ensure_layout()
         results: list[Any] = [None] * len(writes)
         exact_keys: list[int] = []
@@ -1256,7 +1306,12 @@ class RedisStateStore:
         tail = [partial(_incrby, key=self._vseq, amount=len(drawn))] if drawn else []
         if clock is None:
             tail.append(partial(_get, key=self._clock))
-        found = self._run([*calls, *tail])
+        marks, unmarks = pending
+        bulk = _Bulk(self)
+        for link in marks:
+            bulk.add(self._bucket("p", link.doc_id), "p", (link.doc_id, self._encoded(link)))
+        pended = [call for call, _ in bulk.calls(epoch, clock or 0)]
+        found = self._run([*pended, *calls, *tail])[len(pended) :]
         if clock is None:
             clock = int(found.pop() or 0)
         verdict_seqs = (
@@ -1399,6 +1454,8 @@ class RedisStateStore:
             else:
                 day = _day(write.published_at, time.time()) if write.count > 0 else 0
                 bulk.add(bucket, "n", (write.canonical_id, write.count, day), results, i)
+        for doc_id in (*(link.doc_id for link in marks), *unmarks):
+            bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         self._sink(bulk.calls(epoch, clock))
         return results, max(moved)
 
@@ -1798,7 +1855,11 @@ def _verdict_value(link: Link, model: str) -> str:
 def _read_verdict(doc_id: str, value: str, model_name: Callable[[str], str]) -> Link:
     """A verdict as stored: `{stamp}{seq} ` then `_verdict_value` (its `published_at` is not kept, only its day)."""
     head, _, encoded = value.partition(" ")
-    seq = head[_DAY_HEX:]
+    return _read_link(doc_id, encoded, model_name, int(head[_DAY_HEX:]))
+
+
+def _read_link(doc_id: str, encoded: str, model_name: Callable[[str], str], seq: int | None = None) -> Link:
+    """A `_verdict_value`: a verdict's link (with its `seq`), or a pending one (none drawn yet)."""
     verdict, stage = _VERDICT_OF[encoded[0]], _STAGE_OF[encoded[1]]
     start = 2 + CONTENT_KEY_CHARS
     content = encoded[2:start]
@@ -1817,6 +1878,6 @@ def _read_verdict(doc_id: str, value: str, model_name: Callable[[str], str]) -> 
         stage,
         score,
         model,
-        int(seq),
+        seq,
         None if content == _NO_CONTENT else content,
     )

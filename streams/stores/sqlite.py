@@ -313,6 +313,10 @@ class SqliteStateStore:
             )
             self._stored_groups.update((c, (size, stamp)) for c, size, stamp in rows)
 
+    def pending_of(self, doc_id: str) -> Link | None:
+        """None: a `commit` is one transaction, so a write stopped half-way leaves nothing of itself."""
+        return None
+
     def verdict_of(self, doc_id: str) -> Link | None:
         link = self._verdicts.get(doc_id)
         if link is None:
