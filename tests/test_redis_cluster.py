@@ -265,7 +265,9 @@ def test_a_batch_stopped_between_slots_is_completed_by_its_redelivery(redis_url:
     assert _seen(crashed) == _seen(clean)
     assert _seen(clean)[3] == {"a": 2, "c": 1}
     assert not _markers(client, crashed._prefix)
-    assert not _pending(client, crashed._prefix)
+    # After its verdicts, the duplicate's link is left pending: a redelivery reads it with the verdicts
+    # and takes it out (the next test); the same writes applied again leave it.
+    assert _pending(client, crashed._prefix) == (["b"] if rounds == 3 else [])
     client.close()
 
 

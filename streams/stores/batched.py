@@ -146,9 +146,9 @@ class BatchedState:
 
     def _apply(self, lease: Lease, exact: bool, mark: bool) -> Applied:
         """The buffered writes applied (with the markers and pending links of the documents read linked
-        already), then the sweep after a batch that wrote."""
+        already, and the pending links read), then the sweep after a batch that wrote."""
         writes, self._writes = self._writes, []
-        applied = self._backend.apply(writes, lease, exact, self._standing, mark)
+        applied = self._backend.apply(writes, lease, exact, self._standing, mark, self._pending.keys())
         if writes:
             self._sweep(lease, applied.clock)
         return applied

@@ -181,7 +181,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -1161,6 +1161,7 @@ class RedisStateStore:
         exact: bool = False,
         standing: Sequence[tuple[str, str]] = (),
         mark: bool = True,
+        pending: Collection[str] = (),
     ) -> Applied:
         """Carry out a batch's buffered writes, fenced by `fence`, slot by slot (see the module's "Writes").
 
@@ -1183,29 +1184,27 @@ class RedisStateStore:
         stood already when it was read (redelivered): their group markers and pending links, if a crash
         left any, go. With `mark` (a batch decided from the state, not a replay of links decided already)
         the link of each linked document is left pending until its verdict is recorded ("Writes").
+        `pending`: the documents of the batch read with a pending link (`verdicts_at`): it goes once
+        their verdict stands.
         """
         self._ensure_layout()
         groups = _by_document(writes)
         if not groups:
-            if standing:
-                self._settle(standing, fence.epoch, 0)
+            if standing or pending:
+                self._settle(standing, fence.epoch, 0, list(pending))
             return Applied()
         applied = Applied()
         closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
         replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
         docs = [*closing, *targets]
-        places = [(self._bucket("v", doc_id), doc_id) for doc_id in docs]
-        places += [(self._bucket("p", doc_id), doc_id) for doc_id in closing]
-        calls, gather = self._field_calls(places)
+        calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
         marks = [partial(_get, key=key) for key in (fence.key, self._clock, self._layout, self.checkpoint_key)]
         held, clock, layout, replaying, *found = self._run([*marks, *calls])
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
         self._check_state(layout, replaying)
-        values = gather(found)
-        stored = self._verdicts(docs, values[: len(docs)], int(clock or 0))
-        pending = [doc_id for doc_id, value in zip(closing, values[len(docs) :], strict=True) if value is not None]
+        stored = self._verdicts(docs, gather(found), int(clock or 0))
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
@@ -1213,7 +1212,7 @@ class RedisStateStore:
         applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
         skipped = set(applied.lost)
         settled = [*standing, *_settled(groups, decided)]
-        unpending = [doc_id for doc_id in pending if doc_id in skipped]
+        unpending = [doc_id for doc_id in pending if doc_id not in closing or doc_id in skipped]
         if settled or unpending:
             self._settle(settled, fence.epoch, int(clock or 0), unpending)
         if applied.lost and exact:
@@ -1236,7 +1235,7 @@ class RedisStateStore:
             closers += [len(closers) + len(group) - 1 if doc_id is not None else None] * len(group)
         links = [w.link for d, w in closing.items() if d not in skipped and isinstance(w, VerdictWrite)] if mark else []
         marked = [link for link in links if not link.verdict.canonical]
-        read = [doc_id for doc_id in pending if doc_id not in skipped]
+        read = [doc_id for doc_id in pending if doc_id in closing and doc_id not in skipped]
         try:
             results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers, (marked, read))
         except redis.ResponseError as exc:
@@ -1254,12 +1253,12 @@ class RedisStateStore:
     def _settle(self, members: Sequence[tuple[str, str]], epoch: int, clock: int, pending: Sequence[str] = ()) -> None:
         """Take out the group markers of (canonical, member) pairs whose member's link stands: a batch that
         stopped between its verdicts and its group sizes (round 6 of `_write`) counted the growth and left
-        the marker. A marker that is not there costs an HDEL of nothing. The same for the pending links of
-        the members and of `pending`, documents whose verdict stands."""
+        the marker. A marker that is not there costs an HDEL of nothing. And the pending links of `pending`,
+        documents whose verdict stands."""
         bulk = _Bulk(self)
         for canonical_id, member in members:
             bulk.add(self._bucket("g", canonical_id), "M", (_marker(canonical_id, member),))
-        for doc_id in dict.fromkeys((*(member for _, member in members), *pending)):
+        for doc_id in pending:
             bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         try:
             self._sink(bulk.calls(epoch, clock))
@@ -1308,8 +1307,9 @@ class RedisStateStore:
             tail.append(partial(_get, key=self._clock))
         marks, unmarks = pending
         bulk = _Bulk(self)
-        for link in marks:
-            bulk.add(self._bucket("p", link.doc_id), "p", (link.doc_id, self._encoded(link)))
+        pended_in = [self._bucket("p", link.doc_id) for link in marks]
+        for bucket, link in zip(pended_in, marks, strict=True):
+            bulk.add(bucket, "p", (link.doc_id, self._encoded(link)))
         pended = [call for call, _ in bulk.calls(epoch, clock or 0)]
         found = self._run([*pended, *calls, *tail])[len(pended) :]
         if clock is None:
@@ -1454,7 +1454,9 @@ class RedisStateStore:
             else:
                 day = _day(write.published_at, time.time()) if write.count > 0 else 0
                 bulk.add(bucket, "n", (write.canonical_id, write.count, day), results, i)
-        for doc_id in (*(link.doc_id for link in marks), *unmarks):
+        for bucket, link in zip(pended_in, marks, strict=True):
+            bulk.add(bucket, "D", (link.doc_id,))
+        for doc_id in unmarks:
             bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         self._sink(bulk.calls(epoch, clock))
         return results, max(moved)
