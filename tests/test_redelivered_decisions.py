@@ -12,8 +12,6 @@ test_redis_full_service.py, when Redis filled up between the claims and the verd
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
@@ -27,6 +25,7 @@ from streams.records.article import Featurizer
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore, connect
+from tests.test_redis_cluster import _crash_after
 
 SETTINGS = Settings(stages=[Stage.URL, Stage.CONTENT, Stage.SIMHASH], group_cap=2)  # a cap: some reviews
 BATCH = 100
@@ -37,22 +36,6 @@ def _docs() -> list[Document]:
     docs = [featurizer.featurize(a, b"", ingest_time=1_800_000_000) for a in synthetic_articles(600, seed=9)]
     assert all(isinstance(doc, Document) for doc in docs)
     return docs  # type: ignore[return-value]
-
-
-def _crash_after(store: RedisStateStore, rounds: int) -> Callable[[list[Any]], None]:
-    """Make `store`'s next batch die after `rounds` write rounds landed; returns the real round runner."""
-    landed = store._sink
-    left = rounds
-
-    def crash(sinks: list[Any]) -> None:
-        nonlocal left
-        if left == 0:
-            raise redis.ConnectionError("the worker died here")
-        left -= 1
-        landed(sinks)
-
-    store._sink = crash  # type: ignore[method-assign]
-    return landed
 
 
 def _decide(url: str, docs: list[Document], stopped: int | None, rounds: int) -> dict[str, Link]:
