@@ -145,8 +145,8 @@ class BatchedState:
             self.reset()
 
     def _apply(self, lease: Lease, exact: bool, mark: bool) -> Applied:
-        """The buffered writes applied (with the markers and pending links of the documents read linked
-        already, and the pending links read), then the sweep after a batch that wrote."""
+        """The buffered writes applied (with the markers of the documents read linked already, and the
+        pending links read), then the sweep after a batch that wrote."""
         writes, self._writes = self._writes, []
         applied = self._backend.apply(writes, lease, exact, self._standing, mark, self._pending.keys())
         if writes:

@@ -1014,7 +1014,8 @@ class RedisStateStore:
         """The link a batch stopped between its write rounds began recording for `doc_id` (a duplicate, one
         under review): its claims and its group's growth may be in the state, its verdict is not (see
         "Writes"). Its redelivery records that link instead of deciding again from its own claims."""
-        return self.verdicts_at([doc_id])[2].get(doc_id)
+        _, (value,) = self._read([(self._bucket("p", doc_id), doc_id)])
+        return None if value is None else _read_link(doc_id, value, self._model_name)
 
     def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
         verdicts = {}
@@ -1181,8 +1182,8 @@ class RedisStateStore:
 
         The clock moves to the batch's newest stamp first; a write without a `published_at` is
         stamped with that clock. `standing`: (canonical, member) of the batch's documents whose link
-        stood already when it was read (redelivered): their group markers and pending links, if a crash
-        left any, go. With `mark` (a batch decided from the state, not a replay of links decided already)
+        stood already when it was read (redelivered): their group markers, if a crash left any, go.
+        With `mark` (a batch decided from the state, not a replay of links decided already)
         the link of each linked document is left pending until its verdict is recorded ("Writes").
         `pending`: the documents of the batch read with a pending link (`verdicts_at`): it goes once
         their verdict stands.
