@@ -1083,10 +1083,7 @@ def _measure_point(
     for layout in chosen:
         index = indexes[layout.index.name]
         measured = timed_reads(partial(index.read, now=now, probe=layout.probe), queries, lambda: None)
-        # The baseline's used_memory growth, less its share in band and s: entries (by MEMORY USAGE): a
-        # difference of the two measures went below zero on a small state (CI, 1,500 canonicals).
-        total = sum(base_families.values()) or 1
-        shared = grown[BASELINE] * (total - base_families.get("b", 0) - base_families.get("s", 0)) / total
+        shared = grown[BASELINE] - base_families.get("b", 0) - base_families.get("s", 0)
         own = grown["records"] + grown[layout.index.name]
         measured |= {
             "bytes_per_canonical": (shared + own) / point,
