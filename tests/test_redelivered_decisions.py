@@ -12,13 +12,14 @@ test_redis_full_service.py, when Redis filled up between the claims and the verd
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 import redis
 
 from streams.config import Settings
 from streams.core.cascade import Cascade
-from streams.core.model import Document, Link, Stage, Verdict
+from streams.core.model import Document, Link, Stage, Verdict, version_id
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.stack import assert_invariants
 from streams.records.article import Featurizer
@@ -38,33 +39,44 @@ def _docs() -> list[Document]:
     return docs  # type: ignore[return-value]
 
 
-def _decide(url: str, docs: list[Document], stopped: int | None, rounds: int) -> dict[str, Link]:
-    """Every batch decided and flushed under the lease; batch `stopped` dies after `rounds` write rounds
-    and is decided again from scratch (a new cascade over a new snapshot: the worker's retry)."""
-    client = connect(url)
-    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
-    lock = RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
-    verdicts: dict[str, Link] = {}
-    for number, start in enumerate(range(0, len(docs), BATCH)):
-        batch = docs[start : start + BATCH]
-        if number == stopped:
-            landed = _crash_after(store, rounds)
-            state = BatchedState(store)
-            cascade = Cascade(SETTINGS, state)
-            with lock.held() as lease, pytest.raises(redis.ConnectionError):
-                state.warm(cascade.reads(batch))
-                for doc in batch:
-                    cascade.decide(doc)
-                state.flush(lease, exact=True)
-            store._sink = landed  # type: ignore[method-assign]
-        state = BatchedState(store)
-        cascade = Cascade(SETTINGS, state)
+def _attempt(
+    store: RedisStateStore, lock: RedisLock, batch: list[Document], dies_after: int | None = None
+) -> dict[str, Link]:
+    """One batch decided and flushed under the lease, as a worker does; with `dies_after`, the worker dies
+    once that many write rounds landed (nothing comes back)."""
+    landed = _crash_after(store, dies_after) if dies_after is not None else None
+    state = BatchedState(store)
+    cascade = Cascade(SETTINGS, state)
+    try:
         with lock.held() as lease:
             state.warm(cascade.reads(batch))
             for doc in batch:
                 cascade.decide(doc)
-            verdicts.update(state.flush(lease, exact=True))
-    client.close()
+            return state.flush(lease, exact=True)
+    except redis.ConnectionError:
+        assert landed is not None
+        return {}
+    finally:
+        if landed is not None:
+            store._sink = landed  # type: ignore[method-assign]
+
+
+def _store(url: str) -> tuple[RedisStateStore, RedisLock]:
+    store = RedisStateStore(connect(url), f"t{uuid.uuid4().hex}:")
+    return store, RedisLock(store._redis, f"{store._prefix}lock:register", ttl_s=30, fence=store.fence)
+
+
+def _decide(url: str, docs: list[Document], stopped: int | None, rounds: int) -> dict[str, Link]:
+    """Every batch decided and flushed under the lease; batch `stopped` dies after `rounds` write rounds
+    and is decided again from scratch (a new cascade over a new snapshot: the worker's retry)."""
+    store, lock = _store(url)
+    verdicts: dict[str, Link] = {}
+    for number, start in enumerate(range(0, len(docs), BATCH)):
+        batch = docs[start : start + BATCH]
+        if number == stopped:
+            assert not _attempt(store, lock, batch, dies_after=rounds)
+        verdicts.update(_attempt(store, lock, batch))
+    store._redis.close()
     return verdicts
 
 
@@ -86,3 +98,29 @@ def test_a_batch_decided_again_after_a_crash_between_its_rounds_gets_the_verdict
     assert sum(clean[d].stage in (Stage.CONTENT, Stage.SIMHASH) for d in linked) > 3  # with a URL of their own
     assert any(clean[d].verdict is Verdict.REVIEW for d in linked)  # and documents under review
     assert _explained(redelivered) == _explained(clean)
+
+
+def test_another_article_under_the_id_of_a_pending_link_is_a_new_version_never_its_duplicate(
+    one_or_cluster_url: str,
+) -> None:
+    """A pending link is the first verdict of its id and its content, not yet recorded: another article under
+    that id (a crawler's reused id, sent before the stopped batch's redelivery) is decided afresh as a new
+    version of it, as it is once the verdict stands, never given the pending link (two articles merged: it was
+    recorded as a duplicate of the first one's canonical, a comparison never made). The redelivered batch
+    still gets the verdicts of its first attempt."""
+    docs = _docs()
+    clean = _decide(one_or_cluster_url, docs, None, 0)
+    stopped = docs[BATCH : 2 * BATCH]
+    reused = next(d for d in stopped if clean[d.doc_id].stage in (Stage.CONTENT, Stage.SIMHASH))
+    other = next(d for d in docs[2 * BATCH :] if clean[d.doc_id].verdict is Verdict.UNIQUE)
+    store, lock = _store(one_or_cluster_url)
+    _attempt(store, lock, docs[:BATCH])
+    assert not _attempt(store, lock, stopped, dies_after=1)
+    assert store.pending_of(reused.doc_id) is not None
+    newer = _attempt(store, lock, [replace(other, doc_id=reused.doc_id)])
+    version = version_id(reused.doc_id, other.content_hash)
+    assert reused.doc_id not in newer
+    assert (newer[version].verdict, newer[version].canonical_id) == (Verdict.UNIQUE, version)
+    redelivered = _attempt(store, lock, stopped)
+    assert _explained(redelivered) == _explained({d.doc_id: clean[d.doc_id] for d in stopped})
+    store._redis.close()

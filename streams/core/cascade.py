@@ -37,7 +37,8 @@ Redelivered: a document decided once and decided again (its batch stopped before
 its verdict was recorded) gets the verdict it got the first time. A verdict that
 stands is given again; a link left pending by a write stopped half-way (the
 store's `pending_of`) is recorded as it was, since deciding again would find the
-document's own claims.
+document's own claims. It is the id's first verdict, for its content: another
+article sent under that id before the redelivery is a new version, decided afresh.
 """
 
 from __future__ import annotations
@@ -187,8 +188,9 @@ class Cascade:
 
     def identify(self, doc: Document) -> Document:
         """The document as the state knows it: itself, or, when its id was decided with other
-        content, a new version under an id of its own (read-only)."""
-        prior = self._state.verdict_of(doc.doc_id)
+        content, a new version under an id of its own (read-only). A link left pending (`_pending`) is
+        the id's first verdict: other content under that id is a new version of it, never given it."""
+        prior = self._state.verdict_of(doc.doc_id) or self._state.pending_of(doc.doc_id)
         if prior is None or prior.content is None or prior.content == content_key(doc.content_hash):
             return doc
         return replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)

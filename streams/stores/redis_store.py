@@ -1186,19 +1186,22 @@ class RedisStateStore:
         With `mark` (a batch decided from the state, not a replay of links decided already)
         the link of each linked document is left pending until its verdict is recorded ("Writes").
         `pending`: the documents of the batch read with a pending link (`verdicts_at`): it goes once
-        their verdict stands.
+        their verdict stands (recorded now, or found standing); one decided under another id (other
+        content: a new version) or passed on to a later stage keeps it for its redelivery.
         """
         self._ensure_layout()
         groups = _by_document(writes)
         if not groups:
+            if pending:
+                pending = [doc_id for doc_id, link in self.verdicts_of(list(pending)).items() if link is not None]
             if standing or pending:
-                self._settle(standing, fence.epoch, 0, list(pending))
+                self._settle(standing, fence.epoch, 0, pending)
             return Applied()
         applied = Applied()
         closing = {doc_id: group[-1] for doc_id, group in groups if doc_id is not None}
         replacing = {d: w.expected for d, w in closing.items() if isinstance(w, ReplaceVerdictWrite)}
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
-        docs = [*closing, *targets]
+        docs = [*closing, *targets, *(doc_id for doc_id in pending if doc_id not in closing and doc_id not in targets)]
         calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
         marks = [partial(_get, key=key) for key in (fence.key, self._clock, self._layout, self.checkpoint_key)]
         held, clock, layout, replaying, *found = self._run([*marks, *calls])
@@ -1213,7 +1216,7 @@ class RedisStateStore:
         applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
         skipped = set(applied.lost)
         settled = [*standing, *_settled(groups, decided)]
-        unpending = [doc_id for doc_id in pending if doc_id not in closing or doc_id in skipped]
+        unpending = [d for d in pending if d in skipped or (d not in closing and stored[d] is not None)]
         if settled or unpending:
             self._settle(settled, fence.epoch, int(clock or 0), unpending)
         if applied.lost and exact:
