@@ -11,12 +11,14 @@ test_redis_full_service.py, when Redis filled up between the claims and the verd
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import replace
 
 import pytest
 import redis
 
+from benchmarks.replay_speed import keys
 from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import Document, Link, Stage, Verdict, version_id
@@ -123,4 +125,45 @@ def test_another_article_under_the_id_of_a_pending_link_is_a_new_version_never_i
     assert (newer[version].verdict, newer[version].canonical_id) == (Verdict.UNIQUE, version)
     redelivered = _attempt(store, lock, stopped)
     assert _explained(redelivered) == _explained({d.doc_id: clean[d.doc_id] for d in stopped})
+    store._redis.close()
+
+
+def test_a_pending_link_past_the_verdicts_retention_is_not_recorded_and_is_swept(one_or_cluster_url: str) -> None:
+    """A stopped batch whose records never come back (the input topic dropped them, or the consumer group was
+    moved past them) leaves its pending links behind. They age as verdicts do (`retention.verdicts_days`: as long
+    as the input topic keeps records): past it a redelivery is a new document, and the sweep takes them out (kept,
+    they were state that grew for ever, and a link given to a re-crawl against canonicals long gone)."""
+    docs = _docs()
+    store, lock = _store(one_or_cluster_url)
+    _attempt(store, lock, docs[:BATCH])
+    stopped = docs[BATCH : 2 * BATCH]
+    assert not _attempt(store, lock, stopped, dies_after=1)
+    pending = [d.doc_id for d in stopped if store.pending_of(d.doc_id) is not None]
+    assert len(pending) > 10
+    days = (int(time.time()) - max(d.published_at for d in docs[: 2 * BATCH])) / 86_400
+    assert days > store.keep.verdicts / 86_400 + 1  # the articles are from 2026-11-01
+    store.advance(int(time.time()))
+    assert [d for d in pending if store.pending_of(d) is not None] == []
+    while not store.sweep(100_000).done:
+        pass
+    assert [name for name in keys(store._redis, store._prefix) if name.startswith("p:")] == []
+    store._redis.close()
+
+
+def test_a_pending_link_written_before_they_had_a_stamp_is_read_and_kept(redis_url: str) -> None:
+    """The layout's pending links were written without a stamp at first: one a crash left then is still the
+    link its redelivery records, and the sweep leaves it to that redelivery."""
+    docs = _docs()
+    store, lock = _store(redis_url)
+    _attempt(store, lock, docs[:BATCH])
+    assert not _attempt(store, lock, docs[BATCH : 2 * BATCH], dies_after=1)
+    doc_id = next(d.doc_id for d in docs[BATCH : 2 * BATCH] if store.pending_of(d.doc_id) is not None)
+    name = store._bucket("p", doc_id)
+    stamped = store._redis.hget(name, doc_id)
+    store._redis.hset(name, doc_id, stamped.partition(" ")[2])  # as the first pending links were written
+    assert store.pending_of(doc_id) == store._pending_link(doc_id, stamped, store.clock())
+    store.advance(int(time.time()))
+    while not store.sweep(100_000).done:
+        pass
+    assert store.pending_of(doc_id) is not None
     store._redis.close()

@@ -15,7 +15,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `b:{t}{language}:{table}:{key >> shift}` | the key's low bits | the `seq`s of the canonicals with that key |
 | `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
 | (the same) | `\x00` + 16 hex digits | while a batch is written: a member's growth of a group ("Writes") |
-| `p:{t}…` of `B(doc_id)` | doc_id | while a batch is written: a linked document's link, pending (`_verdict_value`) |
+| `p:{t}…` of `B(doc_id)` | doc_id | while a batch is written: a linked document's pending link: stamp, space, link |
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
@@ -119,7 +119,9 @@ which the redelivery then decides the same way (it holds the keys). A linked doc
 claims name its canonical (or, under review, itself): decided again, it would find them and
 be a URL duplicate where it was a near-duplicate, or a canonical where it was under review;
 its pending link (2) is what the redelivery records instead (`pending_of`, the cascade's
-"Redelivered"). A crash after 4 leaves a group
+"Redelivered"). A pending link whose redelivery never comes (the input topic dropped the
+records, the group was moved past them) ages as a verdict does and is swept with them
+(`verdicts_days`: past it, a redelivery is a new document). A crash after 4 leaves a group
 grown for a member not yet recorded: the redelivery decides it again, finds its marker and
 grows nothing more. A crash between 5 and 6 leaves groups counted and their markers: the
 redelivery finds the verdicts standing and takes the markers out (`_settle`); a group is
@@ -357,7 +359,7 @@ return removed
 # 'g' register (c bucket): doc_id, the seq it is expected to hold ('' none), its new seq. Compare-and-set;
 #     the seq it holds afterwards (0: none).
 # 'e' an s: entry: seq, entry, set where absent. 'D' a field removed (an s: entry, a pending link): its name.
-# 'p' a pending link (p bucket): doc_id, the encoded link; set.
+# 'p' a pending link (p bucket): doc_id, its stamp, a space and the encoded link; set.
 # 'b' a band entry: band value, seq, added unless there already (a write applied again changes nothing);
 #     'B' the seq taken out (the field goes when it holds no other).
 # 'u' unregister (c bucket): doc_id, seq: forgotten if it still names seq; 1 or 0.
@@ -518,7 +520,8 @@ return out
 """
 )
 # The sweep, one slot's hashes of one family: KEYS: fence, the hashes; ARGV: epoch, clock, retention, where
-# the stamp is ('v'alue prefix or 'g'roup integer), the most fields to remove, the most fields to read.
+# the stamp is ('v'alue prefix, 'g'roup integer, 'p'ending link's prefix if any), the most fields to remove,
+# the most fields to read.
 # Removes expired fields hash by hash and stops at the hash where either runs out. Returns how many it
 # removed, how many hashes it finished (the cursor moves past those) and how many fields it read.
 _EXPIRE_FIELDS = (
@@ -531,7 +534,8 @@ for i = 2, #KEYS do
   read = read + #flat / 2
   for j = 1, #flat, 2 do
     local day = ARGV[4] == 'g' and tonumber(flat[j + 1]) % 65536 or stamp(flat[j + 1])
-    if expired(day, ARGV[3]) then
+    if ARGV[4] == 'p' and string.sub(flat[j + 1], 5, 5) ~= ' ' then day = nil end
+    if day and expired(day, ARGV[3]) then
       if left == 0 then return {tonumber(ARGV[5]), i - 2, read} end
       redis.call('HDEL', KEYS[i], flat[j])
       left = left - 1
@@ -1004,9 +1008,9 @@ class RedisStateStore:
         clock, values = self._read(places)
         half = len(doc_ids)
         pending = {
-            doc_id: _read_link(doc_id, value, self._model_name)
+            doc_id: link
             for doc_id, value in zip(doc_ids, values[half:], strict=True)
-            if value is not None
+            if value is not None and (link := self._pending_link(doc_id, value, clock)) is not None
         }
         return clock, self._verdicts(doc_ids, values[:half], clock), pending
 
@@ -1014,8 +1018,17 @@ class RedisStateStore:
         """The link a batch stopped between its write rounds began recording for `doc_id` (a duplicate, one
         under review): its claims and its group's growth may be in the state, its verdict is not (see
         "Writes"). Its redelivery records that link instead of deciding again from its own claims."""
-        _, (value,) = self._read([(self._bucket("p", doc_id), doc_id)])
-        return None if value is None else _read_link(doc_id, value, self._model_name)
+        clock, (value,) = self._read([(self._bucket("p", doc_id), doc_id)])
+        return None if value is None else self._pending_link(doc_id, value, clock)
+
+    def _pending_link(self, doc_id: str, value: str, clock: int) -> Link | None:
+        """A pending link as stored, or None past the verdicts' retention. One written before pending links
+        had a stamp (no space after 4 digits: a link's fifth character is its content key's) never ages."""
+        if value[_DAY_HEX : _DAY_HEX + 1] != " ":
+            return _read_link(doc_id, value, self._model_name)
+        if expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.verdicts):
+            return None
+        return _read_link(doc_id, value[_DAY_HEX + 1 :], self._model_name)
 
     def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
         verdicts = {}
@@ -1313,7 +1326,7 @@ class RedisStateStore:
         bulk = _Bulk(self)
         pended_in = [self._bucket("p", link.doc_id) for link in marks]
         for bucket, link in zip(pended_in, marks, strict=True):
-            bulk.add(bucket, "p", (link.doc_id, self._encoded(link)))
+            bulk.add(bucket, "p", (link.doc_id, f"{self._stamp(link.published_at, clock or 0)} {self._encoded(link)}"))
         pended = [call for call, _ in bulk.calls(epoch, clock or 0)]
         found = self._run([*pended, *calls, *tail])[len(pended) :]
         if clock is None:
@@ -1516,7 +1529,7 @@ class RedisStateStore:
         (`time.monotonic()`; at least one step is taken, so a pass always moves on), and fenced by `fence`
         when given (a sweep run under the registration lease stops once the lease is lost).
 
-        A pass reads every bucket once, in order: v:, x:, g: (2**bucket_bits each), then the s: buckets
+        A pass reads every bucket once, in order: v:, x:, g:, p: (2**bucket_bits each), then the s: buckets
         of every seq given out; each step removes what it found expired and moves the cursor
         (`{prefix}sweep`, in Redis: another worker or a restart resumes there). A pass starts when the
         clock has moved into a day after the one the last pass started on; a family kept forever is
@@ -1574,7 +1587,8 @@ class RedisStateStore:
         how many entries it removed."""
         per_family = 16**self._bucket_hex
         family = at // per_family
-        keep = (self.keep.verdicts, self.keep.exact, self.keep.exact, self.keep.bands)[min(family, len(_FAMILIES))]
+        keeps = (self.keep.verdicts, self.keep.exact, self.keep.exact, self.keep.verdicts, self.keep.bands)
+        keep = keeps[min(family, len(_FAMILIES))]
         if not keep:  # kept forever: on to the next family
             self._redis.hset(self._cursor, "at", (family + 1) * per_family if family < len(_FAMILIES) else end)
             return 0
@@ -1774,8 +1788,9 @@ def _ignore(_: Any) -> None:
 
 _VERDICTS = (VerdictWrite, ReplaceVerdictWrite)
 """The writes that record a verdict (a tuple: `isinstance` on a union type is several times slower)."""
-_FAMILIES = (("v", "v"), ("x", "v"), ("g", "g"))
-"""The hash families swept bucket by bucket, and where their stamp is: a value's prefix, or a group's integer."""
+_FAMILIES = (("v", "v"), ("x", "v"), ("g", "g"), ("p", "p"))
+"""The hash families swept bucket by bucket, and where their stamp is: a value's prefix, or a group's integer;
+a pending link's prefix, where it has one (`_pending_link`)."""
 
 
 def _day(published_at: int, wall: float) -> int:
