@@ -102,6 +102,19 @@ def test_a_batch_decided_again_after_a_crash_between_its_rounds_gets_the_verdict
     assert _explained(redelivered) == _explained(clean)
 
 
+def test_a_new_version_in_a_batch_decided_again_gets_the_verdict_of_its_first_attempt(one_or_cluster_url: str) -> None:
+    """Articles sent under ids decided before with other content are new versions, decided under ids of their
+    own (`version_id`), which the batch's warm-up does not read: their pending links are read one by one."""
+    docs = _docs()
+    versions = [replace(doc, doc_id=docs[i].doc_id) for i, doc in enumerate(docs[2 * BATCH : 3 * BATCH])]
+    sent = [*docs[: 2 * BATCH], *versions]
+    clean = _decide(one_or_cluster_url, sent, None, 0)
+    redelivered = _decide(one_or_cluster_url, sent, 2, 2)  # the first round: the standing ids' markers
+    linked = [v for v in (version_id(d.doc_id, d.content_hash) for d in versions) if clean[v].canonical_id != v]
+    assert sum(clean[v].stage in (Stage.CONTENT, Stage.SIMHASH) for v in linked) > 3
+    assert _explained(redelivered) == _explained(clean)
+
+
 def test_another_article_under_the_id_of_a_pending_link_is_a_new_version_never_its_duplicate(
     one_or_cluster_url: str,
 ) -> None:

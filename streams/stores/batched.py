@@ -88,6 +88,8 @@ class BatchedState:
         """(canonical, member) of the batch's documents linked already when read: redeliveries."""
         self._pending: dict[str, Link] = {}
         """The pending links the batch's documents were read with: a stopped batch's (`pending_of`)."""
+        self._pending_read: set[str] = set()
+        """The documents whose pending link was read: the batch's, and those looked up one by one."""
         self._stored_clock: int | None = None
         self._newest = 0
         """The newest stamp written in this batch: `apply` moves the clock there."""
@@ -103,6 +105,7 @@ class BatchedState:
         backend = self._backend
         doc_ids = _unique(reads.doc_ids)
         self._stored_clock, verdicts, self._pending = backend.verdicts_at(doc_ids)
+        self._pending_read.update(doc_ids)
         self._verdicts.update(verdicts)
         self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
         keys = _unique(reads.exact_keys)
@@ -201,8 +204,10 @@ class BatchedState:
         return self._verdicts[doc_id]
 
     def pending_of(self, doc_id: str) -> Link | None:
-        """As read with the batch's verdicts: a document not warmed is read on its own."""
-        if doc_id not in self._verdicts:
+        """As read with the batch's verdicts: a document not warmed (a new version, under an id of its own)
+        is read on its own."""
+        if doc_id not in self._pending_read:
+            self._pending_read.add(doc_id)
             link = self._backend.pending_of(doc_id)
             if link is not None:
                 self._pending[doc_id] = link
