@@ -22,6 +22,7 @@ from benchmarks.replay_speed import keys
 from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import Document, Link, Stage, Verdict, version_id
+from streams.core.replay import Recorded, restore
 from streams.evaluation.corpus import synthetic_articles
 from streams.evaluation.stack import assert_invariants
 from streams.records.article import Featurizer
@@ -180,3 +181,46 @@ def test_a_pending_link_written_before_they_had_a_stamp_is_read_and_kept(redis_u
         pass
     assert store.pending_of(doc_id) is not None
     store._redis.close()
+
+
+def test_a_batch_stopped_after_its_claims_whose_canonical_was_linked_back_meanwhile_is_decided(
+    one_or_cluster_url: str,
+) -> None:
+    """A stopped batch's claims name a duplicate's canonical; before the redelivery a person links that canonical
+    back into another group (allowed: the growth of its group had not landed, so it has no members). Decided
+    again, the duplicate found its URL key held by a document that is no canonical, linked to it, and the batch
+    was refused as a stale snapshot every time (a partition stalled for good): a key whose holder was linked
+    since leads to the holder's canonical, as the relink's own keys do."""
+    docs = _docs()
+    clean = _decide(one_or_cluster_url, docs[: 2 * BATCH], None, 0)
+    first = {d.doc_id: d for d in docs[:BATCH]}
+    alone = set(first) - {clean[d].canonical_id for d in first if clean[d].canonical_id != d}  # no members yet
+    stopped = docs[BATCH : 2 * BATCH]
+    linked = next(
+        d
+        for d in stopped
+        if clean[d.doc_id].stage in (Stage.CONTENT, Stage.SIMHASH) and clean[d.doc_id].canonical_id in alone
+    )
+    moved = first[clean[linked.doc_id].canonical_id]
+    into = next(d for d in first.values() if clean[d.doc_id].verdict is Verdict.UNIQUE and d.doc_id != moved.doc_id)
+    store, lock = _store(one_or_cluster_url)
+    _attempt(store, lock, docs[:BATCH])
+    assert store.group_size(moved.doc_id) == 1  # itself alone
+    assert not _attempt(store, lock, stopped, dies_after=1)
+    relinked = Link(
+        moved.doc_id, Verdict.DUPLICATE, into.doc_id, Stage.SIMHASH, 9.0, content=clean[moved.doc_id].content
+    )
+    record = Recorded(
+        relinked, moved.url_hash, moved.content_hash, moved.simhash, moved.language, moved.published_at,
+        keys=(Stage.URL, Stage.CONTENT),
+    )  # fmt: skip
+    state = BatchedState(store)
+    with lock.held() as lease:
+        assert restore(record, state)
+        state.flush(lease, exact=True)
+    redelivered = _attempt(store, lock, stopped)
+    assert redelivered[linked.doc_id].canonical_id == into.doc_id
+    assert_invariants(
+        {d: {"verdict": v.verdict.value, "canonical_id": v.canonical_id} for d, v in {**clean, **redelivered}.items()}
+        | {moved.doc_id: {"verdict": "duplicate", "canonical_id": into.doc_id}}
+    )

@@ -326,12 +326,18 @@ class Cascade:
         A document under review holds its own keys until a person decides; its exact
         copies share its verdict: review, against the same suspected canonical. A holder
         without a verdict is a canonical (its verdict expired before its keys; a document
-        under review has its keys expire with its verdict: `key_stamp`).
+        under review has its keys expire with its verdict: `key_stamp`). A holder linked
+        since (a canonical linked back by a person, whose own keys the relink re-pointed,
+        while a stopped batch's claims still named it) leads to its canonical: linked to
+        the holder, the batch was refused as stale every time it was decided again.
         """
         if holder != doc.doc_id:
             held = self._state.verdict_of(holder)
             if held is not None and held.verdict is Verdict.REVIEW:
                 return Link(doc.doc_id, Verdict.REVIEW, held.canonical_id, stage)
+            if held is not None and held.verdict is Verdict.DUPLICATE:
+                why = f"its {stage} key leads to {holder}, linked to {held.canonical_id} since"
+                return Link(doc.doc_id, Verdict.DUPLICATE, held.canonical_id, stage, reason=why)
         return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
 
     def _simhash(self, doc: Document) -> Link | None:
