@@ -224,3 +224,4 @@ def test_a_batch_stopped_after_its_claims_whose_canonical_was_linked_back_meanwh
         {d: {"verdict": v.verdict.value, "canonical_id": v.canonical_id} for d, v in {**clean, **redelivered}.items()}
         | {moved.doc_id: {"verdict": "duplicate", "canonical_id": into.doc_id}}
     )
+    store._redis.close()

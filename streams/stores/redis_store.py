@@ -533,8 +533,12 @@ for i = 2, #KEYS do
   local flat = redis.call('HGETALL', KEYS[i])
   read = read + #flat / 2
   for j = 1, #flat, 2 do
-    local day = ARGV[4] == 'g' and tonumber(flat[j + 1]) % 65536 or stamp(flat[j + 1])
-    if ARGV[4] == 'p' and string.sub(flat[j + 1], 5, 5) ~= ' ' then day = nil end
+    local value, day = flat[j + 1], nil
+    if ARGV[4] == 'g' then
+      day = tonumber(value) % 65536
+    elseif ARGV[4] == 'v' or string.sub(value, 5, 5) == ' ' then
+      day = stamp(value)
+    end
     if day and expired(day, ARGV[3]) then
       if left == 0 then return {tonumber(ARGV[5]), i - 2, read} end
       redis.call('HDEL', KEYS[i], flat[j])
@@ -1587,14 +1591,13 @@ class RedisStateStore:
         how many entries it removed."""
         per_family = 16**self._bucket_hex
         family = at // per_family
-        keeps = (self.keep.verdicts, self.keep.exact, self.keep.exact, self.keep.verdicts, self.keep.bands)
-        keep = keeps[min(family, len(_FAMILIES))]
+        keep = getattr(self.keep, _FAMILIES[family][2]) if family < len(_FAMILIES) else self.keep.bands
         if not keep:  # kept forever: on to the next family
             self._redis.hset(self._cursor, "at", (family + 1) * per_family if family < len(_FAMILIES) else end)
             return 0
         if family >= len(_FAMILIES):
             return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, epoch, clock)
-        kind, stamp_in = _FAMILIES[family]
+        kind, stamp_in, _ = _FAMILIES[family]
         first = at % per_family
         buckets = [
             self._hashed(kind, f"{b:0{self._bucket_hex}x}")
@@ -1788,9 +1791,10 @@ def _ignore(_: Any) -> None:
 
 _VERDICTS = (VerdictWrite, ReplaceVerdictWrite)
 """The writes that record a verdict (a tuple: `isinstance` on a union type is several times slower)."""
-_FAMILIES = (("v", "v"), ("x", "v"), ("g", "g"), ("p", "p"))
-"""The hash families swept bucket by bucket, and where their stamp is: a value's prefix, or a group's integer;
-a pending link's prefix, where it has one (`_pending_link`)."""
+_FAMILIES = (("v", "v", "verdicts"), ("x", "v", "exact"), ("g", "g", "exact"), ("p", "p", "verdicts"))
+"""The hash families swept bucket by bucket, where their stamp is (a value's prefix, a group's integer, a pending
+link's prefix where it has one: `_pending_link`) and the `Keep` field they are kept by; then the s: buckets
+(`keep.bands`)."""
 
 
 def _day(published_at: int, wall: float) -> int:
