@@ -12,9 +12,14 @@ same synthetic articles:
 - and, to tell decisions from transport, the exact and SimHash agents' batch handling
   alone (`StageAgent.handle` of their hop on the same Redis, in this process, no broker).
 
+Every process shares this machine's cores, so the burst's CPU time is printed per document
+and per process beside its rate (the workers, the broker, Redis; for the agents alone, this
+process and Redis): what one worker costs, and what the broker takes from the same cores.
+
 With `--json FILE` the results go to FILE too: `in_process_docs_per_s`,
 `one_worker_docs_per_s`, `p99_latency_ms_half_load` (one worker), and per setting the
-rate, its ratio to in-process, the paced rate and p50 / p99 latency.
+rate, its ratio to in-process, the paced rate, p50 / p99 latency and the burst's CPU
+microseconds a document by process (`{name}_cpu_us_per_doc`).
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streams.config import Settings, WorkerSettings
 from streams.evaluation.corpus import synthetic_articles
-from streams.evaluation.services import local_kafka, local_redis
+from streams.evaluation.services import LocalKafka, LocalRedis
 from streams.evaluation.stack import Stack
 from streams.runner.embedded import RunPaths, run
 from streams.service.resources import Resources
@@ -61,12 +67,14 @@ def in_process(lines: list[bytes], folder: Path) -> float:
     return len(lines) / (time.perf_counter() - started)
 
 
-def agents_only(redis_url: str, lines: list[bytes]) -> float:
+def agents_only(redis: LocalRedis, lines: list[bytes]) -> tuple[float, dict[str, float]]:
     """Documents per second through the agents' `handle` (stages 1 to 3 as one hop, as one worker runs
-    them), batches of 256, on the same Redis, no broker."""
-    settings = Settings(stages=STAGES.split(","), redis_url=redis_url, redis_prefix="agents-only:")
+    them), batches of 256, on the same Redis, no broker; and the CPU microseconds a document of this
+    process and of Redis."""
+    settings = Settings(stages=STAGES.split(","), redis_url=redis.url, redis_prefix="agents-only:")
     resources = Resources(settings)
     hop = resources.stage_agent(Agent.EXACT, Agent.SIMHASH)
+    cpu = CpuTime({"agents": [os.getpid()], "redis": [_pid(redis)]})
     started = time.perf_counter()
     for start in range(0, len(lines), 256):
         hop.handle(
@@ -76,8 +84,33 @@ def agents_only(redis_url: str, lines: list[bytes]) -> float:
             ]
         )
     rate = len(lines) / (time.perf_counter() - started)
+    used = cpu.per_document(len(lines))
     resources.close()
-    return rate
+    return rate, used
+
+
+class CpuTime:
+    """CPU time (user and system, every thread) of named groups of processes since it was made."""
+
+    def __init__(self, groups: dict[str, list[int]]) -> None:
+        self._processes = {name: [psutil.Process(pid) for pid in pids] for name, pids in groups.items()}
+        self._start = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {
+            name: sum(times.user + times.system for times in (p.cpu_times() for p in processes))
+            for name, processes in self._processes.items()
+        }
+
+    def per_document(self, documents: int) -> dict[str, float]:
+        """Microseconds of CPU a document, by group, since the start."""
+        now = self._now()
+        return {name: 1e6 * (now[name] - self._start[name]) / documents for name in now}
+
+
+def _pid(server: LocalRedis | LocalKafka) -> int:
+    assert server.pid is not None, "the server is not running"
+    return server.pid
 
 
 def _link_times(stack: Stack, want: int, timeout: float) -> dict[str, int]:
@@ -179,15 +212,16 @@ def _running(code: Path | None) -> Iterator[None]:
 
 
 def streaming(
-    bootstrap: str,
-    redis_url: str,
+    broker: LocalKafka,
+    redis: LocalRedis,
     folder: Path,
     workers: int,
     partitions: int,
     lines: list[bytes],
     code: Path | None = None,
-) -> tuple[float, float, float]:
-    """(documents per second at full speed, p50 and p99 latency in ms at half that rate).
+) -> tuple[float, float, float, dict[str, float]]:
+    """(documents per second at full speed, p50 and p99 latency in ms at half that rate, the burst's CPU
+    microseconds a document by process: the workers together, the broker, Redis).
 
     One worker runs this checkout with its default batching (no window), several the 0.02 s window
     of the test stacks that the README advises for several workers (they share one registration
@@ -196,7 +230,7 @@ def streaming(
     folder.mkdir(parents=True)
     defaults = {"DEDUP_WORKER__BATCH_WITHIN_S": str(WorkerSettings().batch_within_s)}
     env = {} if code is not None or workers > 1 else defaults
-    stack = Stack(bootstrap, redis_url, folder, stages=STAGES, partitions=partitions, extra_env=env)
+    stack = Stack(broker.bootstrap, redis.url, folder, stages=STAGES, partitions=partitions, extra_env=env)
     try:
         stack.create_topics()
         with _running(code):
@@ -204,8 +238,11 @@ def streaming(
                 stack.start_worker()
         producer = _producer(stack)
         time.sleep(2 * workers)  # every worker in the group before the first record
+        pids = {"workers": [worker.process.pid for worker in stack.workers], "broker": [_pid(broker)]}
+        cpu = CpuTime({**pids, "redis": [_pid(redis)]})
         sent = _produce(stack, producer, burst, rate=None)
         linked = _link_times(stack, len(burst), timeout=1800)
+        used = cpu.per_document(len(burst))
         rate = len(burst) / ((max(linked.values()) - min(sent.values())) / 1000)
         pace = min(rate / 2, 1000.0)
         sent = _produce(stack, producer, paced, rate=pace)
@@ -213,9 +250,13 @@ def streaming(
         latencies = sorted(linked[doc_id] - at for doc_id, at in sent.items())
         p50 = statistics.median(latencies)
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        return rate, p50, p99
+        return rate, p50, p99, used
     finally:
         stack.stop()
+
+
+def _us(used: dict[str, float]) -> str:
+    return ", ".join(f"{name} {us:,.0f} us" for name, us in used.items())
 
 
 def main() -> None:
@@ -237,16 +278,21 @@ def main() -> None:
         reference = in_process(lines, root / "embedded")
         results["in_process_docs_per_s"] = reference
         print(f"dedup run (in process, SQLite):        {reference:8,.0f} docs/s   ({args.count:,} articles)")
-        with local_redis(root / "redis") as redis_url, local_kafka(root / "kafka") as bootstrap:
-            alone = agents_only(redis_url, lines)
+        with LocalRedis(root / "redis") as redis:
+            alone, used = agents_only(redis, lines)
             results["agents_only_docs_per_s"] = alone
-            print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s")
+            results["agents_only_cpu_us_per_doc"] = used
+            print(f"agents' batch handling alone (Redis, no broker): {alone:8,.0f} docs/s; CPU a document: {_us(used)}")
             runs = [(1, "one_worker", None), (1, "baseline_one_worker", args.baseline), (2, "two_workers", None)]
             for workers, name, code in runs:
                 if name.startswith("baseline") and code is None:
                     continue
                 folder = root / name
-                rate, p50, p99 = streaming(bootstrap, redis_url, folder, workers, args.partitions, lines, code)
+                # A broker of its own: noida-db writes all it holds to disk every second or two while
+                # records arrive (100 to 150 MB of JSON during one 20,000-article run), so a broker kept
+                # from an earlier run would charge this one for that run's records too.
+                with LocalKafka(root / f"kafka-{name}") as broker:
+                    rate, p50, p99, used = streaming(broker, redis, folder, workers, args.partitions, lines, code)
                 pace = min(rate / 2, 1000)
                 results.update(
                     {
@@ -255,13 +301,15 @@ def main() -> None:
                         f"{name}_half_load_docs_per_s": pace,
                         f"{name}_p50_latency_ms": p50,
                         f"{name}_p99_latency_ms": p99,
+                        f"{name}_cpu_us_per_doc": used,
                     }
                 )
                 print(
                     f"streaming, {workers} worker{'s' if workers > 1 else ' '} ({args.partitions} partitions)"
                     f"{' of ' + str(code) if code else ''}: "
                     f"{rate:8,.0f} docs/s = {rate / reference:.2f}x in-process; "
-                    f"latency at {pace:,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms"
+                    f"latency at {pace:,.0f} docs/s: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms; "
+                    f"burst CPU a document: {_us(used)}"
                 )
     results["p99_latency_ms_half_load"] = results["one_worker_p99_latency_ms"]
     if args.json is not None:

@@ -12,9 +12,11 @@ import signal
 import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 import redis
 from confluent_kafka import KafkaException
@@ -32,7 +34,24 @@ REDIS_TUNING = ["--hash-max-listpack-value", "256", "--maxmemory-policy", "noevi
 (tests/test_redis_memory_layout.py holds them equal)."""
 
 
-class LocalRedis:
+class _Service(ABC):
+    """A local server, started for a `with` block and stopped when it ends."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalRedis(_Service):
     """A redis-server on a free port that a test can stop and start again on the same port and data."""
 
     def __init__(self, folder: Path, appendonly: bool = False) -> None:
@@ -62,6 +81,11 @@ class LocalRedis:
         finally:
             client.close()
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (the benchmarks read its CPU time)."""
+        return None if self._process is None else self._process.pid
+
     def stop(self) -> None:
         """SIGTERM: Redis writes its append-only file out before it exits."""
         if self._process is not None:
@@ -69,7 +93,7 @@ class LocalRedis:
             self._process = None
 
 
-class LocalKafka:
+class LocalKafka(_Service):
     """noida-db's Kafka-protocol broker on a free port, restartable on the same port and data.
 
     noida-db keeps its data only on a graceful stop (SIGTERM), which `stop` sends.
@@ -101,6 +125,11 @@ class LocalKafka:
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the Kafka broker did not start; see {log}") from None
 
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (the benchmarks read its CPU time)."""
+        return None if self._process is None else self._process.pid
+
     def stop(self) -> None:
         if self._process is not None:
             _stop(self._process)
@@ -119,23 +148,15 @@ class LocalKafka:
 @contextmanager
 def local_redis(folder: Path, appendonly: bool = False) -> Iterator[str]:
     """A redis-server on a free port (nothing persisted unless `appendonly`); yields its URL."""
-    server = LocalRedis(folder, appendonly)
-    server.start()
-    try:
+    with LocalRedis(folder, appendonly) as server:
         yield server.url
-    finally:
-        server.stop()
 
 
 @contextmanager
 def local_kafka(folder: Path) -> Iterator[str]:
     """noida-db's Kafka-protocol broker on a free port; yields its bootstrap address."""
-    broker = LocalKafka(folder)
-    broker.start()
-    try:
+    with LocalKafka(folder) as broker:
         yield broker.bootstrap
-    finally:
-        broker.stop()
 
 
 def freeze(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
