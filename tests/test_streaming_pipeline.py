@@ -213,3 +213,23 @@ def test_the_worker_app_freezes_what_start_up_made(kafka_bootstrap: str, redis_u
     finally:
         gc.unfreeze()
         resources.close()
+
+
+def test_the_worker_app_keeps_no_per_message_statistics_of_its_own(kafka_bootstrap: str, redis_url: str) -> None:
+    """faust registers its `Monitor` among the app's sensors at boot, and every message then passes it four
+    times (received, into the stream, out of it, acknowledged) for statistics that only faust's debug pages
+    show; the worker's metrics are Prometheus's. Booted, the worker's sensors leave it out."""
+    settings = Settings(
+        kafka_bootstrap=kafka_bootstrap,
+        redis_url=redis_url,
+        redis_prefix=f"monitor-{uuid.uuid4().hex[:8]}:",
+        stages=["url", "content", "simhash"],
+    )
+    resources = Resources(settings)
+    try:
+        app, _ = build_app(settings, [Agent.EXACT, Agent.SIMHASH], resources)
+        app.on_init_dependencies()  # what the app does at boot: faust registers its sensors here
+        assert app.monitor not in set(app.sensors)
+    finally:
+        gc.unfreeze()
+        resources.close()
