@@ -24,6 +24,8 @@ from typing import Any
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from prometheus_client import Counter
 
+from streams.kafka.eager import EagerFirst
+
 FETCHES = Counter(
     "dedup_fetches", "Fetch requests the worker's consumer sent, by whether records came back.", ["result"]
 )
@@ -57,13 +59,17 @@ class PacedConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         pace_empty_fetches(self._consumer._fetcher, self.transport.fetch_floor_s)  # type: ignore[attr-defined]
 
 
-class PacedConsumer(faust_aiokafka.Consumer):
+class PacedConsumer(EagerFirst, faust_aiokafka.Consumer):
+    """faust's aiokafka consumer: its thread's empty fetches paced, each record delivered eagerly
+    (`streams.kafka.eager`)."""
+
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return PacedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
 class PacedTransport(faust_aiokafka.Transport):
-    """faust's aiokafka transport, its consumer's empty fetches at least `fetch_floor_s` apart."""
+    """faust's aiokafka transport, its consumer's empty fetches at least `fetch_floor_s` apart and its records
+    delivered to the streams without a task each."""
 
     Consumer = PacedConsumer
 
