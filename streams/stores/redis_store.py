@@ -209,6 +209,7 @@ from streams.core.model import (
 )
 from streams.core.ports import LayoutMismatch
 from streams.features.bands import DEFAULT, FOUR_BY_16, BandLayout
+from streams.stores.packing import DirectPacker
 from streams.stores.redis_lock import Lease, LeaseLost
 from streams.stores.writes import (
     CanonicalWrite,
@@ -621,7 +622,7 @@ def connect(url: str, password: str | None = None) -> Client:
     if scheme.endswith("+cluster"):
         plain = f"{scheme.removesuffix('+cluster')}://{rest}"
         return _Cluster.from_url(plain, password=password, decode_responses=True, policy_resolver=_EvalByKeys())
-    return redis.Redis.from_url(url, password=password, decode_responses=True)
+    return redis.Redis.from_url(url, password=password, decode_responses=True, command_packer=DirectPacker())
 
 
 class _EvalByKeys(StaticPolicyResolver):
