@@ -188,8 +188,10 @@ def child(variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
 
     Besides wall-clock rates, the restoring phase's rate per CPU second of this process and of
     redis-server: on a shared machine the wall clock measures the neighbours too."""
+    from streams.stores.redis_store import connect  # the variant's own client, as `dedup replay` makes it
+
     settings = Settings()
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = connect(redis_url)
     phases = _Phases(client)
     started = time.perf_counter()
     if variant in ("streaming", "compare"):
