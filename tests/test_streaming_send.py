@@ -144,3 +144,41 @@ def test_a_broker_that_stops_answering_fails_the_send_within_its_deadline_and_it
         assert landed == {r.value for r in records}  # every record, some maybe twice (sent again after the deadline)
     finally:
         broker.stop()
+
+
+def test_a_key_sent_to_topics_of_different_partition_counts_lands_where_each_topics_count_puts_it(
+    kafka_bootstrap: str,
+) -> None:
+    """A send hashes each key once for all of its records: the partition must still be each topic's own."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    names = {count: f"send-{count}-{uuid.uuid4().hex[:8]}" for count in (4, 3)}
+    for future in admin.create_topics([NewTopic(name, count, 1) for count, name in names.items()]).values():
+        future.result(30)
+    keys = [f"doc-{i}".encode() for i in range(40)]
+    records = [Out(name, key, b"v") for key in keys for name in names.values()]
+
+    async def body(producer: AIOKafkaProducer) -> dict[tuple[str, bytes], int]:
+        assert await send_batched(producer, records, max_bytes=64 * 1024, timeout_s=60) == []
+        expected = {}
+        for name in names.values():
+            for key in keys:
+                expected[name, key] = (await producer.send_and_wait(name, b"probe", key=key)).partition
+        return expected
+
+    expected = asyncio.run(_with_producer(kafka_bootstrap, body, batch_bytes=16 * 1024))
+    for count, name in names.items():
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
+        consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in range(count)])
+        landed: dict[bytes, set[int]] = defaultdict(set)
+        read = 0
+        try:
+            for _ in range(240):
+                if read >= 2 * len(keys):  # each key's record and its probe
+                    break
+                for message in consumer.consume(500, timeout=0.5):
+                    if message.error() is None:
+                        landed[message.key()].add(message.partition())
+                        read += 1
+        finally:
+            consumer.close()
+        assert {key: parts for key, parts in landed.items()} == {key: {expected[name, key]} for key in keys}, name

@@ -59,6 +59,9 @@ async def _send(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int
     refused: list[R] = []
     groups: dict[tuple[str, int], list[R]] = {}
     partitions: dict[str, list[int]] = {}
+    # aiokafka's murmur2 is Python (3.6 us a key), and a document's records (its link, its article) share its
+    # key: each key is hashed once a send. A topic's partitions are 0 to n - 1, so n decides where a key goes.
+    placed: dict[tuple[bytes, int], int] = {}
     for record in records:
         if DefaultRecordBatchBuilder.estimate_size_in_bytes(record.key, record.value, []) > max_bytes:
             refused.append(record)
@@ -66,7 +69,10 @@ async def _send(producer: AIOKafkaProducer, records: Sequence[R], max_bytes: int
         if record.topic not in partitions:
             partitions[record.topic] = sorted(await producer.partitions_for(record.topic))
         every = partitions[record.topic]
-        partition = _PARTITIONER(record.key, every, every)
+        if record.key is None:  # a random partition each
+            partition = _PARTITIONER(None, every, every)
+        elif (partition := placed.get((record.key, len(every)), -1)) < 0:
+            partition = placed[record.key, len(every)] = _PARTITIONER(record.key, every, every)
         groups.setdefault((record.topic, partition), []).append(record)
     sent: list[tuple[asyncio.Future[object], list[R]]] = []
     for (topic, partition), members in groups.items():
