@@ -223,10 +223,10 @@ def child(variant: str, redis_url: str, prefix: str) -> dict[str, Any]:
     }
 
 
-def keys(client: redis.Redis, prefix: str, ignore: tuple[str, ...] = ("sweep", "clock")) -> dict[str, Any]:
-    """Every key under `prefix` with its value, but the lease and `ignore`: the sweep cursor (how far
-    housekeeping got, which depends on batch boundaries) and the clock (the baseline never moved it;
-    the workers and today's replay do)."""
+def keys(client: redis.Redis, prefix: str, ignore: tuple[str, ...] = ("sweep", "oldest", "clock")) -> dict[str, Any]:
+    """Every key under `prefix` with its value, but the lease and `ignore`: the sweep's cursor and each
+    family's oldest stamp (how far housekeeping got, which depends on batch boundaries) and the clock
+    (the baseline never moved it; the workers and today's replay do)."""
     found: dict[str, Any] = {}
     for key in client.scan_iter(f"{prefix}*", count=10_000):
         name = key[len(prefix) :]

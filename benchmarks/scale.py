@@ -659,6 +659,7 @@ class ProductBulk:
 
     def grow(self, fps: np.ndarray, start: int, stop: int) -> None:
         self.store.clock()  # marks an empty state (its layout, a token of its own) as the public path does
+        self.client.delete(self.store._oldest)  # its stamps are not noted there: every sweep pass reads it whole
         self.bands.grow(fps, start, stop)
         self.records.grow(fps, start, stop, _doc_id)
         buckets: dict[str, dict[str, str]] = {}
@@ -688,12 +689,12 @@ class ProductBulk:
 
 
 def dump(client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key under `prefix` (named without it) and its value; the lease, its fences and the sweep's
-    cursor left out (the lock's state, not what the cascade wrote)."""
+    """Every key under `prefix` (named without it) and its value; the lease, its fences, the sweep's cursor and
+    its families' oldest stamps left out (the lock's and the sweep's state, not what the cascade wrote)."""
     wanted = [
         key
         for key in client.scan_iter(match=f"{prefix}*", count=10_000)
-        if not key[len(prefix) :].startswith(("lease", "lock:", "sweep"))
+        if not key[len(prefix) :].startswith(("lease", "lock:", "sweep", "oldest"))
     ]
     found: dict[str, Any] = {}
     for start in range(0, len(wanted), 5_000):  # pipelined: an 8x32+p1 state of 100,000 has a million keys

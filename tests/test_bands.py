@@ -285,7 +285,7 @@ def test_the_workers_in_8x32_give_the_verdicts_of_dedup_run_in_it(
     # dedup.links rebuilds the state in this layout, key for key (one worker, one partition: the same order)
     stats = replay_links(stack.settings(), client, None, prefix=f"{stack.name}-copy:")
     assert stats.restored == len(lines) and not stats.bad
-    ignore = ("sweep", "clock", "replay")
+    ignore = ("sweep", "oldest", "clock", "replay")
     live, replayed = keys(client, f"{stack.name}:", ignore), keys(client, f"{stack.name}-copy:", ignore)
     assert {name for name in live if name.startswith("b:")} and replayed == live
     client.close()

@@ -71,9 +71,9 @@ def _reference(records: Records, client: redis.Redis, prefix: str, settings: Set
 
 
 def _state(client: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every key and value under `prefix` but the lease and the sweep cursor: the reference never sweeps, the
-    replay completes a pass (which finds nothing to remove: these links span less than a day)."""
-    return keys(client, prefix, ignore=("sweep",))
+    """Every key and value under `prefix` but the lease and the sweep's cursor and oldest stamps: the reference
+    never sweeps, the replay completes a pass (which finds nothing to remove: these links span less than a day)."""
+    return keys(client, prefix, ignore=("sweep", "oldest"))
 
 
 def _by_meaning(state: dict[str, Any]) -> dict[str, Any]:

@@ -275,3 +275,64 @@ def test_made_in_a_batch_and_already_past_retention_is_hidden_as_redis_hides_it(
     assert batch.band_candidates("en", BANDS) == []
     batch.add_canonical("new", SIMHASH, "en", BANDS, T0 + 60 * DAY_S)
     assert [c.doc_id for c in batch.band_candidates("en", BANDS)] == ["new"]
+
+
+def _bucket_reads(client: redis.Redis) -> int:
+    """Keys looked up by the server so far (a script's HGETALL of a bucket counts, found or not)."""
+    stats = client.info("stats")
+    return int(stats["keyspace_hits"]) + int(stats["keyspace_misses"])
+
+
+def _pass_reads(client: redis.Redis, store: RedisStateStore) -> int:
+    """Keys the server looked up while `store` swept a whole pass."""
+    before = _bucket_reads(client)
+    while store.expire():
+        pass
+    return _bucket_reads(client) - before
+
+
+def test_a_pass_reads_no_bucket_of_a_family_whose_oldest_entry_is_within_its_retention(
+    client: redis.Redis, prefix: str
+) -> None:
+    """A pass reads every bucket of a family (2**bucket_bits of each of four) to find what expired; while the
+    oldest stamp the family can hold is within its retention, nothing can have, and the pass skips it: a new
+    state's first days, and a replay of a young topic, sweep for nothing otherwise."""
+    store = _store(client, prefix, bucket_bits=8)
+    store.advance(T0)
+    _populate(store, 20, T0, "a")
+    assert _pass_reads(client, store) < 64  # a new state: its first pass
+    for day in (1, 2, 3):
+        store.advance(T0 + day * DAY_S)
+        _populate(store, 5, T0 + day * DAY_S, f"d{day}-")
+        assert _pass_reads(client, store) < 64  # within every family's retention (verdicts: 7 days)
+    store.advance(T0 + 8 * DAY_S)  # the first verdicts expired: that family is read, the others are not
+    assert 256 <= _pass_reads(client, store) < 2 * 256
+    assert _entries(client, prefix, "v") == 15
+    assert [_entries(client, prefix, kind) for kind in ("x", "g", "s", "c")] == [70, 35, 35, 35]
+
+
+def test_an_entry_written_older_than_its_familys_oldest_is_swept_once_expired(client: redis.Redis, prefix: str) -> None:
+    """A backfill writes entries older than any the family held: the family's oldest stamp goes back with
+    them, so the next pass reads the family and removes them."""
+    store = _store(client, prefix, bucket_bits=8)
+    store.advance(T0)
+    _populate(store, 5, T0, "a")
+    while store.expire():
+        pass
+    store.record_verdict(_link("archived", T0 - 30 * DAY_S))  # past verdicts_days at once: hidden, still written
+    assert store.verdict_of("archived") is None and _entries(client, prefix, "v") == 6
+    store.advance(T0 + DAY_S)
+    assert _pass_reads(client, store) >= 256
+    assert _entries(client, prefix, "v") == 5
+
+
+def test_a_state_without_the_oldest_stamps_is_read_whole(client: redis.Redis, prefix: str) -> None:
+    """A state marked before the families' oldest stamps were kept (or one whose stamps went with a failover):
+    nothing says what it holds, so every family is read."""
+    store = _store(client, prefix, bucket_bits=4)
+    store.advance(T0)
+    _populate(store, 5, T0, "old")
+    client.delete(f"{prefix}oldest")
+    store.advance(T0 + 400 * DAY_S)
+    assert store.expire() == 5 * 5
+    assert [_entries(client, prefix, kind) for kind in ("v", "x", "g", "s", "c", "b")] == [0, 0, 0, 0, 0, 0]

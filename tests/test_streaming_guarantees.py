@@ -50,8 +50,9 @@ def aof_redis(tmp_path: Path) -> Iterator[LocalRedis]:
 
 def redis_state(client: redis.Redis, prefix: str) -> dict[str, Any]:
     """Every key under `prefix` with its value: what replay must give back. Not the lease, nor the sweep's
-    cursor: where a pass over the buckets has got to (the live one may be mid-pass, the replay's done)."""
-    return keys(client, prefix, ignore=("sweep",))
+    cursor and its families' oldest stamps: where a pass over the buckets has got to (the live one may be
+    mid-pass, the replay's done)."""
+    return keys(client, prefix, ignore=("sweep", "oldest"))
 
 
 def _oversized(ntrex: list[NtrexDocument], size: int) -> dict[str, Any]:

@@ -19,7 +19,8 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
-| `sweep` (hash) | `day`, `at` | the sweep's cursor: the day its pass began on, where it goes on |
+| `sweep` (hash) | `day`, `at`, `begun` | the sweep's cursor: its pass's day, where it goes on, the family begun |
+| `oldest` (hash) | `v`, `x`, `g`, `p`, `s` | a family's oldest stamp, or earlier: a pass skips one with none expired |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 | `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands], a space, a token drawn when the state was marked ("Lost") |
 | `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
@@ -226,6 +227,8 @@ _SIMHASH_HEX = 16
 _DAY_HEX = 4
 """A stamp is the day (Unix s // 86400) of a `published_at`, in 4 hex digits: up to day 65535 (year 2149)."""
 _DAY_MAX = 0xFFFF
+_NONE_YET = _DAY_MAX + 1
+"""A family's oldest stamp in a new state: later than any stamp, so the first entry written moves it back."""
 _GROUP_DAY = 1 << 16
 """A group size is one integer, members * 65536 + day: a listpack keeps it in 4 bytes, a string would take 7."""
 _TAGS = 256
@@ -327,6 +330,15 @@ if tonumber(ARGV[1]) > clock then
   return tonumber(ARGV[1])
 end
 return clock
+"""
+# KEYS: the families' oldest stamps (`{prefix}oldest`); ARGV: family, day, ...: each family's oldest stamp moved
+# back to the day given where it is later. A family without one stays without: unknown, read by every pass.
+_OLDER = """
+for i = 1, #ARGV, 2 do
+  local oldest = redis.call('HGET', KEYS[1], ARGV[i])
+  if oldest and tonumber(ARGV[i + 1]) < tonumber(oldest) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+end
+return 1
 """
 # A counter moved past a seq given from outside (a replay keeps the seqs it restores).
 _AT_LEAST = """
@@ -689,6 +701,11 @@ class RedisStateStore:
         8x32+p1, a third of its client time as `_tagged` calls."""
         self._clock = f"{prefix}clock"
         self._cursor = f"{prefix}sweep"
+        self._oldest = f"{prefix}oldest"
+        """Each swept family's oldest stamp, or earlier (`_FAMILIES`' kind, `s` for the canonicals): a pass reads
+        no bucket of a family that holds nothing past its retention. Made before the layout marker of a new
+        state, moved back by every batch that writes an older stamp, forward by the pass that reads the family;
+        a family without one (a state marked before them, a failover) is read by every pass."""
         self._seq = f"{prefix}seq"
         self._vseq = f"{prefix}vseq"
         self._languages = f"{prefix}languages"
@@ -737,7 +754,7 @@ class RedisStateStore:
 
         self._publish, self._fields, self._advance = script(_PUBLISH), script(_FIELDS), script(_ADVANCE)
         self._band_fields = script(_BAND_FIELDS)
-        self._at_least, self._drop_entries = script(_AT_LEAST), script(_DROP_ENTRIES)
+        self._at_least, self._drop_entries, self._older = script(_AT_LEAST), script(_DROP_ENTRIES), script(_OLDER)
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
         self._register_model = script(_REGISTER_MODEL)
@@ -907,6 +924,9 @@ class RedisStateStore:
         if missing:  # a new state, or one no lease ever wrote (every lease publishes to every group)
             self._run([partial(_set_absent, key=key, value=0) for key in missing])
         if layout is None:
+            # An empty state holds nothing old: its first passes read nothing. Before the marker, which lets
+            # writers in: every entry ever written here moves its family's stamp back.
+            self._run([partial(_hsetnx, key=self._oldest, field=kind, value=_NONE_YET) for kind in _SWEPT])
             layout = f"{self.layout} {secrets.token_hex(6)}"  # this state's own: a rebuilt one has another
             if not self._redis.set(layout_key, layout, nx=True):
                 return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
@@ -922,6 +942,7 @@ class RedisStateStore:
         Returns how many keys went."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix)
         removed = 0
+        removed += sum(self._run([partial(_unlink, key=self._oldest)]))  # first: what is left is read whole
         for family in ("v", "x", "c", "s", "b", "g", "p", "models", "lock:fence"):
             found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
@@ -1272,6 +1293,28 @@ class RedisStateStore:
                     applied.lost.append(write.link.doc_id)
         return applied
 
+    def _older_stamps(
+        self,
+        writes: Sequence[Write],
+        verdicts: Sequence[int],
+        exact_keys: Sequence[int],
+        grows: Sequence[int],
+        registering: Sequence[int],
+        pending: Sequence[Link],
+    ) -> list[Call]:
+        """The call that moves each family's oldest stamp back to the oldest this batch writes (none where the
+        batch writes no stamp of its own: an entry stamped with the clock is never older than one there)."""
+        times = {
+            "v": [t for i in verdicts if (t := writes[i].link.published_at) is not None],  # type: ignore[union-attr]
+            "x": [t for i in exact_keys if (t := writes[i].published_at) is not None],  # type: ignore[union-attr]
+            "g": [writes[i].published_at for i in grows if writes[i].count > 0],  # type: ignore[union-attr]
+            "s": [w.published_at for i in registering if isinstance(w := writes[i], CanonicalWrite)],
+            "p": [t for link in pending if (t := link.published_at) is not None],
+        }
+        wall = time.time()
+        args = [part for kind, seen in times.items() if seen for part in (kind, _day(min(seen), wall))]
+        return [partial(self._older, keys=[self._oldest], args=args)] if args else []
+
     def _settle(self, members: Sequence[tuple[str, str]], epoch: int, clock: int, pending: Sequence[str] = ()) -> None:
         """Take out the group markers of (canonical, member) pairs whose member's link stands: a batch that
         stopped between its verdicts and its group sizes (round 6 of `_write`) counted the growth and left
@@ -1333,7 +1376,8 @@ class RedisStateStore:
         for bucket, link in zip(pended_in, marks, strict=True):
             bulk.add(bucket, "p", (link.doc_id, f"{self._stamp(link.published_at, clock or 0)} {self._encoded(link)}"))
         pended = [call for call, _ in bulk.calls(epoch, clock or 0)]
-        found = self._run([*pended, *calls, *tail])[len(pended) :]
+        older = self._older_stamps(writes, verdicts, exact_keys, grows, registering, marks)
+        found = self._run([*older, *pended, *calls, *tail])[len(older) + len(pended) :]
         if clock is None:
             clock = int(found.pop() or 0)
         verdict_seqs = (
@@ -1538,7 +1582,9 @@ class RedisStateStore:
         of every seq given out; each step removes what it found expired and moves the cursor
         (`{prefix}sweep`, in Redis: another worker or a restart resumes there). A pass starts when the
         clock has moved into a day after the one the last pass started on; a family kept forever is
-        skipped, and with every family kept forever there is no pass.
+        skipped, and so is one whose oldest stamp (`{prefix}oldest`) is within its retention. A stamp
+        missed there (a batch racing the read's start, a failover) only delays its entry's removal until
+        the family's recorded oldest stamp expires too; with every family kept forever there is no pass.
         """
         self._ensure_layout()
         removed = 0
@@ -1583,7 +1629,7 @@ class RedisStateStore:
             if at is not None:
                 self._redis.hdel(self._cursor, "at")
             return None
-        self._redis.hset(self._cursor, mapping={"day": today, "at": 0})
+        self._redis.hset(self._cursor, mapping={"day": today, "at": 0, "begun": -1})
         return 0, end, clock
 
     def _sweep_step(self, at: int, end: int, clock: int, limit: int, epoch: int) -> int:
@@ -1593,8 +1639,12 @@ class RedisStateStore:
         per_family = 16**self._bucket_hex
         family = at // per_family
         keep = getattr(self.keep, _FAMILIES[family][2]) if family < len(_FAMILIES) else self.keep.bands
+        after = (family + 1) * per_family if family < len(_FAMILIES) else end
         if not keep:  # kept forever: on to the next family
-            self._redis.hset(self._cursor, "at", (family + 1) * per_family if family < len(_FAMILIES) else end)
+            self._redis.hset(self._cursor, "at", after)
+            return 0
+        if at == family * per_family and self._nothing_expired(at, _SWEPT[min(family, len(_FAMILIES))], clock, keep):
+            self._redis.hset(self._cursor, "at", after)
             return 0
         if family >= len(_FAMILIES):
             return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, epoch, clock)
@@ -1613,6 +1663,26 @@ class RedisStateStore:
                 break
         self._redis.hset(self._cursor, "at", at + done)
         return removed
+
+    def _nothing_expired(self, at: int, kind: str, clock: int, keep: int) -> bool:
+        """At a step on a family's first bucket (`at`): whether the pass skips the family, its oldest stamp
+        within its retention (nothing to remove). Otherwise, unless its read began already (a step that did
+        not finish the bucket), the read to come leaves nothing older than what is within the retention at
+        `clock`: the family's oldest stamp from now (a batch during the read moves it back again)."""
+        begun, oldest = self._run(
+            [partial(_hget, key=self._cursor, field="begun"), partial(_hget, key=self._oldest, field=kind)]
+        )
+        if begun == str(at):
+            return False
+        if oldest is not None and not expired(_day_end(int(oldest)), clock, keep):
+            return True
+        self._run(
+            [
+                partial(_hset, key=self._oldest, mapping={kind: max(0, (clock - keep) // DAY_S)}),
+                partial(_hset, key=self._cursor, mapping={"begun": at}),
+            ]
+        )
+        return False
 
     def _sweep_canonicals(self, at: int, bucket: int, limit: int, epoch: int, clock: int) -> int:
         """Remove up to `limit` expired canonicals of s: bucket `bucket`, with their c: and band entries
@@ -1770,6 +1840,14 @@ def _set_absent(key: str, value: Any, client: Any) -> Any:
     return client.set(key, value, nx=True)
 
 
+def _hget(key: str, field: str, client: Any) -> Any:
+    return client.hget(key, field)
+
+
+def _hsetnx(key: str, field: str, value: Any, client: Any) -> Any:
+    return client.hsetnx(key, field, value)
+
+
 def _incrby(key: str, amount: int, client: Any) -> Any:
     return client.incrby(key, amount)
 
@@ -1796,6 +1874,8 @@ _FAMILIES = (("v", "v", "verdicts"), ("x", "v", "exact"), ("g", "g", "exact"), (
 """The hash families swept bucket by bucket, where their stamp is (a value's prefix, a group's integer, a pending
 link's prefix where it has one: `_pending_link`) and the `Keep` field they are kept by; then the s: buckets
 (`keep.bands`)."""
+_SWEPT = (*(kind for kind, _, _ in _FAMILIES), "s")
+"""Every family a pass reads, in its order: the fields of `{prefix}oldest`."""
 
 
 def _day(published_at: int, wall: float) -> int:
