@@ -108,9 +108,12 @@ def _sequence(value: Any) -> int | None:
 
 
 def read_link_record(record: dict[str, Any]) -> Recorded:
-    """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed."""
+    """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed. The
+    link carries the record's `published_at`, the stamp restoring it gives its verdict."""
+    doc_id = record["doc_id"]  # first: what a file of other records lacks is said by it
+    published_at = parse_timestamp(record["published_at"])
     link = Link(
-        doc_id=record["doc_id"],
+        doc_id=doc_id,
         verdict=Verdict(record["verdict"]),
         canonical_id=record["canonical_id"],
         stage=Stage(record["stage"]) if record["stage"] else None,
@@ -119,6 +122,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         seq=_sequence(record.get("seq")),
         content=content_key(record["content_hash"]),
         reason=record.get("reason"),
+        published_at=published_at,
     )
     vector = record.get("vector")
     return Recorded(
@@ -127,7 +131,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         content_hash=record["content_hash"],
         simhash=int(record["simhash"], 16),
         language=record["language"],
-        published_at=parse_timestamp(record["published_at"]),
+        published_at=published_at,
         vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
