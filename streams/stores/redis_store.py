@@ -705,7 +705,9 @@ class RedisStateStore:
         """Each swept family's oldest stamp, or earlier (`_FAMILIES`' kind, `s` for the canonicals): a pass reads
         no bucket of a family that holds nothing past its retention. Made before the layout marker of a new
         state, moved back by every batch that writes an older stamp, forward by the pass that reads the family;
-        a family without one (a state marked before them, a failover) is read by every pass."""
+        a family without one (a state marked before them, a failover) is read by every pass. A key of its own,
+        not fields of `sweep`: that is among the singletons whose presence without a marker means an older
+        layout, which a store marking the state would then make another store refuse."""
         self._seq = f"{prefix}seq"
         self._vseq = f"{prefix}vseq"
         self._languages = f"{prefix}languages"
@@ -941,8 +943,7 @@ class RedisStateStore:
         begin another prefix (`dedup:` of `dedup:v:`).
         Returns how many keys went."""
         escaped = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix)
-        removed = 0
-        removed += sum(self._run([partial(_unlink, key=self._oldest)]))  # first: what is left is read whole
+        removed = sum(self._run([partial(_unlink, key=self._oldest)]))  # first: what is left is read whole
         for family in ("v", "x", "c", "s", "b", "g", "p", "models", "lock:fence"):
             found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
