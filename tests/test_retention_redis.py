@@ -336,3 +336,31 @@ def test_a_state_without_the_oldest_stamps_is_read_whole(client: redis.Redis, pr
     store.advance(T0 + 400 * DAY_S)
     assert store.expire() == 5 * 5
     assert [_entries(client, prefix, kind) for kind in ("v", "x", "g", "s", "c", "b")] == [0, 0, 0, 0, 0, 0]
+
+
+def test_every_s_bucket_is_swept_past_a_familys_worth_of_buckets(client: redis.Redis, prefix: str) -> None:
+    """The s: buckets come after the hash families in a pass and are one family: with 4 bucket bits a family has
+    16 buckets, and seqs from 16 * 256 on live in s: bucket 16 and later (16 bits: from 16.7M, which a long-lived
+    state passes; seqs are never reused). A pass took each 16th s: bucket for a family's first and skipped the
+    rest of the pass there, so those canonicals were never removed."""
+    store = _store(client, prefix, bucket_bits=4)
+    store.advance(T0)
+    lock = RedisLock(client, f"{prefix}lock", ttl_s=30, fence=store.fence)
+    count = 4_200
+    for start in range(0, count, 700):
+        ids = [f"d{i}" for i in range(start, min(count, start + 700))]
+        batch = BatchedState(store)
+        batch.warm(Reads(doc_ids=ids, exact_keys=[], band_queries=[]))
+        for i, doc in enumerate(ids, start):
+            simhash = (i << 48) | (i << 32) | (i << 16) | i
+            batch.add_canonical(doc, simhash, "en", store.band_layout.keys(simhash), T0)
+            batch.record_verdict(_link(doc, T0))
+        with lock.held() as lease:
+            batch.flush_applied(lease)
+    assert int(client.get(f"{prefix}seq")) == count
+    for day in (400, 401):  # past every retention, and a pass the day after
+        store.advance(T0 + day * DAY_S)
+        while store.expire():
+            pass
+    assert _entries(client, prefix, "s") == 0
+    assert _entries(client, prefix, "b") == 0

@@ -1638,13 +1638,13 @@ class RedisStateStore:
         to `_SWEEP_BUCKETS`, `_SWEEP_FIELDS` fields, a call per run of one slot), or one s: bucket. Returns
         how many entries it removed."""
         per_family = 16**self._bucket_hex
-        family = at // per_family
+        family = min(at // per_family, len(_FAMILIES))  # the s: buckets, past the hash families, are one family
         keep = getattr(self.keep, _FAMILIES[family][2]) if family < len(_FAMILIES) else self.keep.bands
         after = (family + 1) * per_family if family < len(_FAMILIES) else end
         if not keep:  # kept forever: on to the next family
             self._redis.hset(self._cursor, "at", after)
             return 0
-        if at == family * per_family and self._nothing_expired(at, _SWEPT[min(family, len(_FAMILIES))], clock, keep):
+        if at == family * per_family and self._nothing_expired(at, _SWEPT[family], clock, keep):
             self._redis.hset(self._cursor, "at", after)
             return 0
         if family >= len(_FAMILIES):
