@@ -7,8 +7,10 @@ Latin-1, CP1251, EUC-KR paths) stay encoded with their hex uppercased, and
 reserved characters such as `%2F` stay encoded. The project's own rules are
 here: `http` and `https` alike, a leading `www.` dropped, host names by IDNA
 2008 (`straße.de` is not `strasse.de`), tracking parameters dropped, one
-trailing-slash rule, and the fragment dropped unless it is a `#!` route, which
-single-page sites use as the article's address. Some sites carry the article id
+trailing-slash rule, and the fragment dropped unless it is a route (`#!` or `#/`), which
+single-page sites use as the article's address. A backslash before the query is a
+slash, as browsers read http URLs (WHATWG), where urllib would read
+`http://a.example\\@b.example/x` as b.example's page. Some sites carry the article id
 in the query (`?id=123`): for those hosts a per-source allowlist keeps only the
 named parameters, since dropping them would collapse the whole site into one
 document.
@@ -186,8 +188,9 @@ def normalize_url(url: str, rules: SourceRules | None = None) -> str:
 
 def canonical_url(url: str, rules: SourceRules | None = None) -> str:
     """`normalize_url` by the general path: urllib's split, IDNA 2008, w3lib's `canonicalize_url`."""
+    url = _slashed(url.strip())
     try:
-        parts = urlsplit(url.strip())
+        parts = urlsplit(url)
         port = parts.port
         hostname = _ascii_host(parts.hostname) if parts.hostname else None
     except (ValueError, UnicodeError) as exc:
@@ -202,7 +205,7 @@ def canonical_url(url: str, rules: SourceRules | None = None) -> str:
     netloc = bracketed if port is None or str(port) == _DEFAULT_PORTS[scheme] else f"{bracketed}:{port}"
 
     query = _kept_query(parts.query, rules.allowlist_for(host) if rules else None)
-    fragment = parts.fragment if parts.fragment.startswith("!") else ""
+    fragment = parts.fragment if parts.fragment.startswith(_ROUTES) else ""
     try:
         canonical = canonicalize_url(urlunsplit((scheme, netloc, parts.path, query, fragment)), keep_fragments=True)
     except (ValueError, UnicodeError) as exc:
@@ -215,6 +218,21 @@ def canonical_url(url: str, rules: SourceRules | None = None) -> str:
     path = path.rstrip("/") or "/"
     # http and https are one document: the scheme is not part of the key.
     return f"//{netloc}{path}" + (f"?{query}" if query else "") + (f"#{fragment}" if fragment else "")
+
+
+_ROUTES = ("!", "/")
+"""Fragments that are a single-page site's route to the article (`#!/news/1`, `#/news/1`), not a place in it."""
+
+
+def _slashed(url: str) -> str:
+    """`url` with each backslash before its query or fragment a slash, as the WHATWG URL standard (browsers) reads
+    an http(s) URL: urllib takes `evil.example\\` of `http://evil.example\\@victim.example/x` for userinfo,
+    which would give the page victim.example's key."""
+    if "\\" not in url:
+        return url
+    ends = [at for at in (url.find("?"), url.find("#")) if at >= 0]
+    cut = min(ends) if ends else len(url)
+    return url[:cut].replace("\\", "/") + url[cut:]
 
 
 def url_hash(normalized_url: str) -> str:

@@ -27,7 +27,13 @@ from streams.features.url import SourceRules, UrlError, normalize_url, url_hash
 from streams.records.schemas import RAW_ARTICLE, SchemaError, validator
 
 # Unicode category Cc: C0 controls, DEL and C1 controls.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_ALNUM = re.compile(r"[^\W_]")
+"""A letter or a digit (Bangla's included): a text without one is no article, and has no SimHash feature."""
+MAX_DEPTH = 200
+"""Nesting a record may have: orjson reads 1,024 levels but writes 255, and every output carries the record
+(a level deeper in a stage record), so a deeper one would be decided and then fail to be written."""
+_LEAP_SECOND = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d):60(?=$|[.Z+-])")
 _REMEMBERED_LANGUAGES = 65_536
 """Samples whose detected language the batched path keeps (keyed by 32 bytes or a content hash: about 10 MB)."""
 
@@ -43,19 +49,39 @@ class Rejection:
 def parse_timestamp(value: str) -> int:
     """RFC 3339 (ISO 8601), or RFC 2822 as RSS feeds write it, to Unix seconds; without an offset, UTC."""
     try:
-        moment = datetime.fromisoformat(value.strip())
+        moment = datetime.fromisoformat(_iso_form(value.strip()))
     except ValueError:
         try:
             moment = parsedate_to_datetime(value)
         except (ValueError, TypeError, IndexError):
             raise ValueError(f"published_at {value!r} is not an RFC 3339 or RFC 2822 date-time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+    return int(_utc(moment, f"published_at {value!r}").timestamp())
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """An RFC 3339 date-time (ISO 8601; without an offset, UTC) in UTC; ValueError when it is none."""
+    return _utc(datetime.fromisoformat(_iso_form(value.strip())), repr(value))
+
+
+def _utc(moment: datetime, what: str) -> datetime:
+    """`moment` in UTC (without an offset: UTC already); ValueError past years 1 to 9999 in UTC, where every
+    output would fail on it."""
     try:
-        moment = moment.astimezone(UTC)  # years 1 to 9999 in UTC, or every output would fail on it
+        return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).astimezone(UTC)
     except OverflowError:
-        raise ValueError(f"published_at {value!r} is out of range") from None
-    return int(moment.timestamp())
+        raise ValueError(f"{what} is out of range") from None
+
+
+def _iso_form(value: str) -> str:
+    """An RFC 3339 date-time as `fromisoformat` reads it. RFC 3339 allows a lower-case "t" and "z" and a leap
+    second (second 60), which it refuses: the letters are read upper-case, and a leap second as the second
+    before it (Unix time has none)."""
+    if len(value) > 10 and value[4] == "-" and value[10] in "tT ":
+        value = value[:10] + value[10].upper() + value[11:]
+        if value.endswith("z"):
+            value = value[:-1] + "Z"
+        value = _LEAP_SECOND.sub(r"\1:59", value)
+    return value
 
 
 def format_timestamp(seconds: int) -> str:
@@ -124,6 +150,8 @@ class Featurizer:
             return Rejection(f"invalid JSON: {exc}", raw)
         if not isinstance(article, dict):
             return Rejection(f"record must be a JSON object, got {type(article).__name__}", raw)
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and (depth := _depth(article)) > MAX_DEPTH:
+            return Rejection(f"record nests {depth:,} levels deep, above the limit of {MAX_DEPTH}", raw)
         return article
 
     def _admitted(self, article: dict[str, Any], raw: bytes) -> Rejection | None:
@@ -136,7 +164,9 @@ class Featurizer:
             self._validate(article)
         except SchemaError as exc:
             return Rejection(f"schema: {exc.message}", raw)
-        if (doc_id := article.get("id")) is not None and (problem := self._id_problem(str(doc_id))):
+        if isinstance(doc_id := article.get("id"), float):  # an integer past 64 bits, or 1e2: not one id
+            return Rejection(f"id must be a string or an integer of at most 64 bits, got {doc_id!r}", raw)
+        if doc_id is not None and (problem := self._id_problem(str(doc_id))):
             return Rejection(problem, raw)
         return None
 
@@ -144,7 +174,7 @@ class Featurizer:
         """What `_document` does before the text is normalised: the URL, and an HTML page's article text."""
         try:
             normalized = normalize_url(article["url"], self._rules)
-            title, body = article.get("title"), article.get("body")
+            title, body = article.get("title"), usable_body(article)
             if body is None:
                 extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
                 title = title or extracted_title
@@ -166,8 +196,7 @@ class Featurizer:
                 continue
             text = texts.text(k)
             try:
-                if not text:
-                    raise ValueError("article has no text: title and body are empty")
+                _check_text(text)
                 published = p.article.get("published_at")
                 published_at = parse_timestamp(published) if published else ingest_time
             except ValueError as exc:
@@ -212,7 +241,7 @@ class Featurizer:
         limit = self._settings.max_id_chars
         if len(doc_id) > limit:
             return f"id is {len(doc_id):,} characters, above max_id_chars = {limit:,}"
-        if bad := _CONTROL.search(doc_id):
+        if bad := CONTROL.search(doc_id):
             return f"id contains control character U+{ord(bad.group()):04X} at position {bad.start()}"
         return None
 
@@ -223,8 +252,7 @@ class Featurizer:
         if text is None:
             extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
             text = document_text(article.get("title") or extracted_title, body)
-        if not text:
-            raise ValueError("article has no text: title and body are empty")
+        _check_text(text)
         published = article.get("published_at")
         published_at = parse_timestamp(published) if published else ingest_time
         u_hash, c_hash = url_hash(normalized), content_hash(text)
@@ -267,10 +295,41 @@ class _Pending:
 
 
 def body_text(article: dict[str, Any]) -> str | None:
-    """The normalised text of an article that has a `body` (None when it has only `html`): cheap,
+    """The normalised text of an article that has a `body` (None when its text is in `html`): cheap,
     so a stage record rebuilds it instead of carrying it."""
-    body = article.get("body")
+    body = usable_body(article)
     return None if body is None else document_text(article.get("title"), body)
+
+
+def usable_body(article: dict[str, Any]) -> str | None:
+    """The article's `body`, unless its text is in `html`: no body, or one of nothing but white space beside
+    the page (what a crawler whose own extraction failed writes)."""
+    body = article.get("body")
+    if body is not None and article.get("html") is not None and not body.strip():
+        return None
+    return body
+
+
+def _check_text(text: str) -> None:
+    """ValueError unless `text` holds a letter or a digit: an empty one, or one of nothing but punctuation,
+    controls or joiners, is no article, and every such text would share one content key and SimHash."""
+    if not text:
+        raise ValueError("article has no text: title and body are empty")
+    if _ALNUM.search(text) is None:
+        raise ValueError("article has no text: no letter or digit in its title and body")
+
+
+def _depth(value: Any) -> int:
+    """How deep `value` nests (a scalar: 0), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _derived_id(u_hash: str, c_hash: str) -> str:
