@@ -38,6 +38,7 @@ it stops without another write (`ReplayLeaseLost`).
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -58,6 +59,7 @@ from streams.core.ports import Reads, VectorStore
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import DEFAULT, BandLayout
 from streams.kafka.journal import read_to_end
+from streams.records.article import parse_rfc3339
 from streams.records.output import read_link_record
 from streams.runner.collector import rare_collections
 from streams.stores.batched import BatchedState
@@ -228,6 +230,25 @@ class LatestLinks:
             yield tuple(order), orjson.loads(value)  # type: ignore[misc]
 
 
+def decided_at(linked_at: Any) -> str:
+    """A record's `linked_at` as the writers spell it (UTC, milliseconds: `now_rfc3339`), so that times compare as
+    text in decision order whatever offset or precision another writer gave them; ValueError when it is no
+    RFC 3339 time."""
+    if not isinstance(linked_at, str):
+        raise ValueError(f"linked_at must be an RFC 3339 time, got {linked_at!r}")
+    if _WRITTEN.fullmatch(linked_at):
+        return linked_at
+    try:
+        moment = parse_rfc3339(linked_at)
+    except ValueError:
+        raise ValueError(f"linked_at must be an RFC 3339 time, got {linked_at[:80]!r}") from None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_WRITTEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+"""`linked_at` as `now_rfc3339` writes it: kept as it is."""
+
+
 def read_links(
     settings: Settings, stats: KafkaReplayStats, progress: Progress | None = None, folder: str | None = None
 ) -> LatestLinks:
@@ -250,7 +271,7 @@ def read_links(
                 record = orjson.loads(message.value() or b"")
                 recorded = read_link_record(record)
                 seq = recorded.link.seq
-                order = (int(seq is not None), seq or 0, str(record["linked_at"]), partition, offset)
+                order = (int(seq is not None), seq or 0, decided_at(record["linked_at"]), partition, offset)
             except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
                 stats.bad.append(f"{topic}[{partition}]@{offset}: {type(exc).__name__}: {exc}")
                 continue
@@ -336,6 +357,8 @@ class Restorer:
         """The checkpoint as this replay found or wrote it last: its mark on the state while its lease lapses."""
         self._hold_script = client.register_script(_HOLD)
         self._ttl_ms = int(lock_ttl_s * 1000)
+        self.found_clock = 0
+        """The clock of the state a replay from the beginning found (0: empty, or cleared): see `_applied`."""
 
     @contextmanager
     def owned(self) -> Iterator[None]:
@@ -415,6 +438,15 @@ class Restorer:
             self._hold(orjson.dumps(last).decode())
         return done
 
+    def _applied(self, recorded: Recorded) -> bool:
+        """Whether a link whose document has no verdict was applied to the state before the replay began: its
+        verdict is past its retention at the clock the replay found (the topic holds every link the state saw,
+        and the sweep took its verdict). Restored again, a duplicate would grow its canonical's group a second
+        time (group sizes are kept as long as the exact keys). An empty state's clock is 0: nothing is."""
+        if not self.found_clock or self._batched.verdict_of(recorded.link.doc_id) is not None:
+            return False
+        return self.state.stale(self.state.keep.verdicts, recorded.published_at, self.found_clock)
+
     def _restore(self, batch: list[Recorded]) -> list[bool]:
         """`batch` in one transaction; in halves (and so on) while the lease runs out before it is written."""
         reads = Reads(
@@ -427,7 +459,8 @@ class Restorer:
                 self._own()  # under the registration lease: a replay that took over waits for it to write
                 self._batched.warm(reads)
                 self._batched.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
-                done = [restore(r, self._batched, self._vectors, self._retention) for r in batch]
+                state, vectors, retention = self._batched, self._vectors, self._retention
+                done = [not self._applied(r) and restore(r, state, vectors, retention) for r in batch]
                 self._batched.flush_applied(lease)
             return done
         except LeaseLost:
@@ -471,6 +504,8 @@ def replay_links(
             if fresh:
                 restorer.clear()
             resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
+            if resume_at is None:  # not a replay resumed, whose clock its own batches moved
+                restorer.found_clock = restorer.state.clock()
             restorer.begin()
         except redis.RedisError as exc:
             raise RuntimeError(f"cannot reach Redis: {exc}") from None

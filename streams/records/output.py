@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,7 +11,9 @@ import numpy as np
 from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key
 from streams.core.replay import Recorded
 from streams.features.facts import payload_facts
-from streams.records.article import format_timestamp, parse_timestamp
+from streams.records.article import CONTROL, format_timestamp, parse_timestamp
+
+_HEX = {16: re.compile("[0-9a-f]{16}"), 64: re.compile("[0-9a-f]{64}")}
 
 
 def now_rfc3339() -> str:
@@ -108,34 +111,62 @@ def _sequence(value: Any) -> int | None:
 
 
 def read_link_record(record: dict[str, Any]) -> Recorded:
-    """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed. The
+    """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed (the
+    types of link.schema.json, checked here: a replay writes what it reads into Redis keys and values). The
     link carries the record's `published_at`, the stamp restoring it gives its verdict."""
-    doc_id = record["doc_id"]  # first: what a file of other records lacks is said by it
-    published_at = parse_timestamp(record["published_at"])
+    doc_id = _id(record, "doc_id")  # first: what a file of other records lacks is said by it
+    published_at = parse_timestamp(_text(record, "published_at"))
+    score, model = record["score"], record["model"]
+    if score is not None and (not isinstance(score, int | float) or isinstance(score, bool)):
+        raise ValueError(f"score must be a number or null, got {score!r}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a string or null, got {model!r}")
     link = Link(
         doc_id=doc_id,
         verdict=Verdict(record["verdict"]),
-        canonical_id=record["canonical_id"],
+        canonical_id=_id(record, "canonical_id"),
         stage=Stage(record["stage"]) if record["stage"] else None,
-        score=record["score"],
-        model=record["model"],
+        score=score,
+        model=model,
         seq=_sequence(record.get("seq")),
-        content=content_key(record["content_hash"]),
+        content=content_key(_hex(record, "content_hash", 64)),
         reason=record.get("reason"),
         published_at=published_at,
     )
     vector = record.get("vector")
     return Recorded(
         link=link,
-        url_hash=record["url_hash"],
+        url_hash=_hex(record, "url_hash", 64),
         content_hash=record["content_hash"],
-        simhash=int(record["simhash"], 16),
-        language=record["language"],
+        simhash=int(_hex(record, "simhash", 16), 16),
+        language=_text(record, "language"),
         published_at=published_at,
         vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
     )
+
+
+def _text(record: dict[str, Any], name: str) -> str:
+    value = record[name]
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _id(record: dict[str, Any], name: str) -> str:
+    """A document's id: a string, not empty, without a control character (as the input's ids)."""
+    value = _text(record, name)
+    if not value or CONTROL.search(value):
+        raise ValueError(f"{name} must be a string without control characters, not empty, got {value!r}")
+    return value
+
+
+def _hex(record: dict[str, Any], name: str, digits: int) -> str:
+    value = _text(record, name)
+    if not _HEX[digits].fullmatch(value):
+        raise ValueError(f"{name} must be {digits} lower-case hex digits, got {value[:80]!r}")
+    return value
 
 
 def _keys(value: Any) -> tuple[Stage, ...]:
