@@ -140,6 +140,7 @@ def relink_files(
             for record in records:
                 journal.put_link(record)
             journal.commit()
+            state.note_journal(journal.position)  # committed as the state closes
             return result
         finally:
             journal.close()

@@ -90,10 +90,12 @@ def replay_files(
                     uncommitted += 1
                     if uncommitted >= COMMIT_LINKS or time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         journal.commit()
+                        state.note_journal(journal.position)
                         state.commit()
                         sweep(retention, state, vectors, models)
                         last_commit, uncommitted = time.perf_counter(), 0
             journal.commit()
+            state.note_journal(journal.position)
             state.commit()
             sweep(retention, state, vectors, models)
         finally:

@@ -10,7 +10,10 @@ record. The cascade never reads it.
 
 Writes are buffered and committed with the state (before it, so the journal never
 misses a verdict the state remembers; a record written again after a crash just
-replaces itself).
+replaces itself). A kill between the two commits leaves the journal ahead of the
+state: the state's commit notes the journal's position it covers
+(`SqliteStateStore.note_journal`), and a record past it is one the state never
+took in (`link(..., through=)`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Journal:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._pending: dict[str, dict[str, bytes]] = {table: {} for table in _TABLES}
+        self.position = self._last_position()
+        """Where the committed link records end: a state committed after the journal notes it."""
 
     def put_link(self, record: dict[str, Any]) -> None:
         """Keep a document's latest link record; its vector is left out (the vector store has it)."""
@@ -67,14 +72,19 @@ class Journal:
             self._db.executemany(f"INSERT INTO {table} (doc_id, record) VALUES (?, ?)", pending.items())
             pending.clear()
         self._db.execute("COMMIT")
+        self.position = self._last_position()
+
+    def _last_position(self) -> int:
+        return int(self._db.execute("SELECT COALESCE(MAX(position), 0) FROM links").fetchone()[0])
 
     def close(self) -> None:
         self.commit()
         self._db.close()
 
-    def link(self, doc_id: str) -> dict[str, Any] | None:
-        """The latest link record of `doc_id`, or None."""
-        return self._get("links", doc_id)
+    def link(self, doc_id: str, through: int | None = None) -> dict[str, Any] | None:
+        """The latest link record of `doc_id`, or None; with `through`, None also for a committed one written
+        past that position (a state that noted `through` never took it in). A buffered one is this process's."""
+        return self._get("links", doc_id, through)
 
     def candidate(self, doc_id: str) -> dict[str, Any] | None:
         """The candidate record of `doc_id` (a document the semantic stage searched with), or None."""
@@ -87,12 +97,14 @@ class Journal:
     def candidates(self) -> Iterator[dict[str, Any]]:
         return self._all("candidates")
 
-    def _get(self, table: str, doc_id: str) -> dict[str, Any] | None:
+    def _get(self, table: str, doc_id: str, through: int | None = None) -> dict[str, Any] | None:
         pending = self._pending[table].get(doc_id)
         if pending is not None:
             return orjson.loads(pending)
-        row = self._db.execute(f"SELECT record FROM {table} WHERE doc_id = ?", (doc_id,)).fetchone()
-        return None if row is None else orjson.loads(row[0])
+        row = self._db.execute(f"SELECT position, record FROM {table} WHERE doc_id = ?", (doc_id,)).fetchone()
+        if row is None or (through is not None and row[0] > through):
+            return None
+        return orjson.loads(row[1])
 
     def _all(self, table: str) -> Iterator[dict[str, Any]]:
         pending = self._pending[table]

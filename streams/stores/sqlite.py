@@ -127,6 +127,12 @@ class SqliteStateStore:
             self._db.execute(f"SELECT 1 FROM {table} WHERE stamp IS NULL LIMIT 1").fetchone() for table in _FAMILIES
         )
         self._db.executescript(_STAMP_INDEXES)
+        marks = dict(self._db.execute("SELECT name, value FROM meta WHERE name IN ('clock', 'journal')").fetchall())
+        self.journal_mark: int | None = marks.get("journal", None if "clock" in marks else 0)
+        """The position in the state folder's journal that the last commit covered (`note_journal`): a record
+        past it was journalled before a kill stopped this commit. None: a state from before marks (or one kept
+        without a journal), which covers every record."""
+        self._noted: int | None = None
         row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
         self._clock = 0
         self._since: dict[str, float] = {}
@@ -211,6 +217,9 @@ class SqliteStateStore:
         db.executemany(
             "DELETE FROM groups WHERE canonical_id = ?", [(c,) for c, (size, _) in self._groups.items() if size <= 1]
         )
+        if self._noted is not None:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (self._noted,))
+            self.journal_mark, self._noted = self._noted, None
         if self._clock:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (self._clock,))
             if self._unstamped:  # "stamped at migration": with the first clock the old rows see
@@ -260,6 +269,10 @@ class SqliteStateStore:
         """Whether a row of `table` stamped `stamp` is within its retention (unstamped rows are):
         `model.expired`, against the horizon `advance` worked out."""
         return stamp is None or stamp >= self._since[table]
+
+    def note_journal(self, position: int) -> None:
+        """The journal's records are committed through `position`: noted with the state's next commit."""
+        self._noted = position
 
     def close(self) -> None:
         self.commit()
