@@ -23,7 +23,7 @@ from streams.service.stages import Agent, Incoming
 
 CHEAP = Settings(stages=["url", "content", "simhash"])
 FEATURIZER = Featurizer(CHEAP)
-INGEST = 1_790_000_000
+INGEST = 1_800_000_000  # 2027-01-15: after the dates below (a later one is clamped to a day past it)
 
 BUDGET = (
     "The city council approved the budget for next year after a long debate on Tuesday evening. "

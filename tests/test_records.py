@@ -9,7 +9,7 @@ from streams.config import Settings
 from streams.core.model import Document
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 
-INGEST = 1_767_225_600  # 2026-01-01T00:00:00Z
+INGEST = 1_798_761_600  # 2027-01-01T00:00:00Z: after every date below (a later one is clamped to a day past it)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from streams.config import Settings
-from streams.core.model import Document
+from streams.core.model import Document, clamped
 from streams.features.extract import ExtractionError, extract_article
 from streams.features.language import RememberedLanguages, detect_language, normalize_language
 from streams.features.simhash import char_simhash, simhash_batch, word_simhash
@@ -197,8 +197,7 @@ class Featurizer:
             text = texts.text(k)
             try:
                 _check_text(text)
-                published = p.article.get("published_at")
-                published_at = parse_timestamp(published) if published else ingest_time
+                published_at = _published_at(p.article, ingest_time)
             except ValueError as exc:
                 done.append((p.index, Rejection(str(exc), p.raw)))
                 continue
@@ -253,8 +252,7 @@ class Featurizer:
             extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
             text = document_text(article.get("title") or extracted_title, body)
         _check_text(text)
-        published = article.get("published_at")
-        published_at = parse_timestamp(published) if published else ingest_time
+        published_at = _published_at(article, ingest_time)
         u_hash, c_hash = url_hash(normalized), content_hash(text)
         given_language = article.get("language")
         language = (normalize_language(given_language) if given_language else None) or detect_language(
@@ -330,6 +328,15 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
+
+
+def _published_at(article: dict[str, Any], ingest_time: int) -> int:
+    """The article's `published_at` (ingest time when absent), at most a day after its ingest time
+    (`model.clamped`): the stamp its entries get, carried as it is by its link record, so that a replay and a
+    later run find the stamp the state gave (clamped again by the wall clock of their own time, a date in
+    2100 would come out another)."""
+    published = article.get("published_at")
+    return clamped(parse_timestamp(published), ingest_time) if published else ingest_time
 
 
 def _derived_id(u_hash: str, c_hash: str) -> str:

@@ -35,7 +35,7 @@ from streams.config import RetentionSettings, Settings
 from streams.core.cascade import Cascade, Decision
 from streams.core.model import Document, ModelId, Stage, clamped, expired, keep_seconds, version_id
 from streams.core.ports import Embedder, VectorStore
-from streams.records.article import Featurizer, Rejection
+from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
 from streams.runner.collector import rare_collections
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
@@ -216,6 +216,7 @@ def run(
                     output.close()
                 if consistent:
                     journal.close()
+                    state.note_journal(journal.position)
                     state.close()
                 # Otherwise the state is left uncommitted: it stays at its last commit, which
                 # the outputs hold, and the next run decides the rest again.
@@ -328,12 +329,19 @@ class _Run:
         folder gave it, or that its id was decided with other content (it is a new version, decided under
         its own id). Otherwise the document as it is. A resumed run, or a second day over last month's
         archive, so never decides a document again (where its canonical has expired since, it would come
-        out unique)."""
-        if not expired(doc.published_at, self._state.clock(), self._verdicts_s):
+        out unique). A record the journal holds past the state's last commit (a kill between the two) is
+        not the state's: the document is decided again, its verdict the same. A document dated past its
+        ingest was stamped with the day its deciding run clamped it to: its record says whether that expired."""
+        clock, keep = self._state.clock(), self._verdicts_s
+        future = _clamped(doc)
+        if not expired(doc.published_at, clock, keep) and not future:
             return doc
         version = replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
-        first = self._journal.link(doc.doc_id)
-        for known, record in ((doc, first), (version, self._journal.link(version.doc_id))):
+        through = self._state.journal_mark  # what a kill left in the journal beyond the state is decided again
+        first = self._journal.link(doc.doc_id, through)
+        if future and (first is None or not expired(parse_timestamp(first["published_at"]), clock, keep)):
+            return doc  # the state holds its verdict, stamped with the day the run that decided it clamped it to
+        for known, record in ((doc, first), (version, self._journal.link(version.doc_id, through))):
             if record is not None and record.get("content_hash") == doc.content_hash:
                 return Decision(read_link_record(record).link, repeated=True, version=None if known is doc else known)
         return doc if first is None else version
@@ -372,6 +380,7 @@ class _Run:
             for output in self._outputs:
                 output.sync()
             self._journal.commit()
+            self._state.note_journal(self._journal.position)
             self._state.commit()
             started = time.perf_counter()
             models = [self._cascade.model] if self._cascade.model is not None else []
@@ -421,3 +430,12 @@ class _Run:
             }
         )
         self._done(line)
+
+
+def _clamped(doc: Document) -> bool:
+    """Whether the document is dated more than a day after its ingest (`published_at` was clamped): each run
+    clamps it to its own day, and the verdict an earlier run gave it was stamped with that run's."""
+    if doc.published_at < time.time():
+        return False
+    given = doc.article.get("published_at")
+    return bool(given) and parse_timestamp(given) > doc.published_at
