@@ -41,6 +41,15 @@ def _write(path: Path, records: list[dict[str, Any]]) -> str:
     return str(path)
 
 
+def _run(tmp_path: Path, settings: Settings, records: list[dict[str, Any]]) -> tuple[str, RunPaths]:
+    """`records` written to a file and run once into `tmp_path/out` (its state in `out/state`)."""
+    source = _write(tmp_path / "in.jsonl", records)
+    out = tmp_path / "out"
+    paths = RunPaths(out=out, state=out / "state")
+    run(settings, [source], paths)
+    return source, paths
+
+
 def _read(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
@@ -72,16 +81,14 @@ def test_a_run_killed_between_the_journal_commit_and_the_state_commit_gives_one_
     now notes the journal's position it covers, and a record past it is decided again."""
     now = int(time.time())
     settings = Settings(stages=CHEAP)  # default retention: verdicts 7 days
-    source = _write(
-        tmp_path / "in.jsonl",
+    source, paths = _run(
+        tmp_path,
+        settings,
         [
             _article("old", "https://old.example.com/story", TEXT_A, now - 10 * DAY_S),
             _article("recrawl", "https://old.example.com/story?utm_source=x", TEXT_B, now),
         ],
     )
-    out = tmp_path / "out"
-    paths = RunPaths(out=out, state=out / "state")
-    run(settings, [source], paths)
     uninterrupted = _verdicts(paths.links)
     assert uninterrupted == [("old", "unique", "old", None), ("recrawl", "duplicate", "old", "url")]
 
@@ -109,16 +116,14 @@ def test_rerunning_a_completed_run_with_a_far_future_document_writes_no_second_v
     With the default 7-day `verdicts_days` this needs the re-run 8 days later; a 2-second retention shows it
     in 4 seconds (only the retention is scaled, not the clock)."""
     settings = Settings(stages=CHEAP, retention=RetentionSettings(verdicts_days=2 / DAY_S))
-    source = _write(
-        tmp_path / "in.jsonl",
+    source, paths = _run(
+        tmp_path,
+        settings,
         [
             _article("wire", "https://agency.example.com/a", TEXT_A, FAR_FUTURE),
             _article("syndicated", "https://paper.example.com/b", TEXT_A, FAR_FUTURE),
         ],
     )
-    out = tmp_path / "out"
-    paths = RunPaths(out=out, state=out / "state")
-    run(settings, [source], paths)
     first = _verdicts(paths.links)
     assert first == [("wire", "unique", "wire", None), ("syndicated", "duplicate", "wire", "content")]
     time.sleep(4)
@@ -135,16 +140,14 @@ def test_a_replay_a_little_later_rebuilds_the_clock_and_stamps_of_the_live_state
     had another clock and other stamps than the live one. The link record now carries the published_at
     clamped at ingest, the stamp the live state gave."""
     settings = Settings(stages=CHEAP)
-    source = _write(
-        tmp_path / "in.jsonl",
+    _, paths = _run(
+        tmp_path,
+        settings,
         [
             _article("future", "https://f.example.com/a", TEXT_A, FAR_FUTURE),
             _article("copy", "https://f.example.com/a?utm_medium=x", TEXT_B, FAR_FUTURE),
         ],
     )
-    out = tmp_path / "out"
-    paths = RunPaths(out=out, state=out / "state")
-    run(settings, [source], paths)
     time.sleep(1.5)
     rebuilt = tmp_path / "rebuilt"
     replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
