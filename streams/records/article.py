@@ -76,11 +76,13 @@ def _iso_form(value: str) -> str:
     """An RFC 3339 date-time as `fromisoformat` reads it. RFC 3339 allows a lower-case "t" and "z" and a leap
     second (second 60), which it refuses: the letters are read upper-case, and a leap second as the second
     before it (Unix time has none)."""
-    if len(value) > 10 and value[4] == "-" and value[10] in "tT ":
-        value = value[:10] + value[10].upper() + value[11:]
-        if value.endswith("z"):
+    if len(value) > 10 and value[4] == "-":  # the common form ("...T...Z") goes through unchanged
+        if value[10] == "t":
+            value = value[:10] + "T" + value[11:]
+        if value[-1] == "z":
             value = value[:-1] + "Z"
-        value = _LEAP_SECOND.sub(r"\1:59", value)
+        if ":60" in value:
+            value = _LEAP_SECOND.sub(r"\1:59", value)
     return value
 
 
@@ -150,7 +152,7 @@ class Featurizer:
             return Rejection(f"invalid JSON: {exc}", raw)
         if not isinstance(article, dict):
             return Rejection(f"record must be a JSON object, got {type(article).__name__}", raw)
-        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and (depth := _depth(article)) > MAX_DEPTH:
+        if _nests(article) and (depth := _depth(article)) > MAX_DEPTH:
             return Rejection(f"record nests {depth:,} levels deep, above the limit of {MAX_DEPTH}", raw)
         return article
 
@@ -315,6 +317,14 @@ def _check_text(text: str) -> None:
         raise ValueError("article has no text: title and body are empty")
     if _ALNUM.search(text) is None:
         raise ValueError("article has no text: no letter or digit in its title and body")
+
+
+def _nests(article: dict[str, Any]) -> bool:
+    """Whether a field holds an object or an array (most records: none), before `_depth` walks them."""
+    for value in article.values():  # noqa: SIM110 - a loop: no generator made for every record
+        if isinstance(value, dict | list):
+            return True
+    return False
 
 
 def _depth(value: Any) -> int:
