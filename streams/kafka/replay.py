@@ -60,7 +60,7 @@ from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import DEFAULT, BandLayout
 from streams.kafka.journal import read_to_end
 from streams.records.article import parse_rfc3339
-from streams.records.output import read_link_record
+from streams.records.output import read_link_record, rfc3339
 from streams.runner.collector import rare_collections
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, LockTimeout, RedisLock
@@ -242,7 +242,7 @@ def decided_at(linked_at: Any) -> str:
         moment = parse_rfc3339(linked_at)
     except ValueError:
         raise ValueError(f"linked_at must be an RFC 3339 time, got {linked_at[:80]!r}") from None
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339(moment)
 
 
 _WRITTEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

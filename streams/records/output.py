@@ -17,7 +17,12 @@ _HEX = {16: re.compile("[0-9a-f]{16}"), 64: re.compile("[0-9a-f]{64}")}
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339(datetime.now(UTC))
+
+
+def rfc3339(moment: datetime) -> str:
+    """A UTC moment as the records spell a decision's time: milliseconds and "Z"."""
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def features_of(doc: Document) -> dict[str, Any]:
