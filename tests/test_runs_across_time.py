@@ -1,5 +1,6 @@
 """`dedup run` and `dedup replay` on files across time: a kill between the journal's commit and the state's, a
-re-run of a finished run days later, a replay long after the run. Each test is a guarantee that once broke
+re-run of a finished run days later, a replay long after the run, a replay run twice or files replayed out of
+order. Each test is a guarantee that once broke
 (one verdict per document, a re-run changes nothing, a replay rebuilds the live state), for documents older
 than `verdicts_days` or dated past their ingest (clamped to a day after it).
 """
@@ -197,3 +198,66 @@ def test_a_replay_done_later_expires_a_canonical_the_live_state_still_links_to(t
     on_live = _verdicts(tmp_path / "live2" / "links.jsonl")
     assert on_live == [("edit", "duplicate", "canonical", "simhash")]
     assert _verdicts(tmp_path / "rebuilt2" / "links.jsonl") == on_live
+
+
+# --- a replay run again
+
+
+def _group_sizes(state: Path) -> list[tuple[Any, ...]]:
+    return _rows(state / "state.sqlite3", "SELECT canonical_id, size FROM groups ORDER BY canonical_id")
+
+
+def test_a_file_replay_run_twice_leaves_the_groups_as_the_first_left_them(tmp_path: Path) -> None:
+    """Replaying the same links file twice into one state folder: a duplicate whose verdict had passed
+    `verdicts_days` (7) looked undecided to the second replay, which restored it again and grew its
+    canonical's group (kept with the exact keys, a year) a second time."""
+    settings = Settings(stages=CHEAP)
+    t0 = int(time.time()) - 30 * DAY_S
+    _, paths = _run(
+        tmp_path,
+        settings,
+        [
+            _article("canonical", "https://g.example.com/a", TEXT_A, t0),
+            _article("copy", "https://g.example.com/a?utm_source=x", TEXT_B, t0),
+            _article("later", "https://g.example.com/b", TEXT_C, t0 + 10 * DAY_S),
+        ],
+    )
+    rebuilt = tmp_path / "rebuilt"
+    for _ in range(2):
+        stats = replay_files(
+            [str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout
+        )
+    assert _group_sizes(rebuilt) == _group_sizes(paths.state) == [("canonical", 2)]
+    assert (stats.restored, stats.already_there) == (0, 3)
+
+
+def test_an_older_links_file_replayed_after_a_newer_one_is_restored_whole(tmp_path: Path) -> None:
+    """Files replayed in two commands, the newer first: the older file's links are in no state yet, so each is
+    restored (its exact keys outlive its verdict), even where its verdict is past `verdicts_days` at the clock
+    the newer file left: the state never took it in."""
+    settings = Settings(stages=CHEAP)
+    t0 = int(time.time()) - 30 * DAY_S
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    older.mkdir()
+    newer.mkdir()
+    _, old_paths = _run(
+        older,
+        settings,
+        [
+            _article("canonical", "https://h.example.com/a", TEXT_A, t0),
+            _article("copy", "https://h.example.com/a?utm_source=x", TEXT_B, t0),
+        ],
+    )
+    _, new_paths = _run(newer, settings, [_article("later", "https://h.example.com/b", TEXT_C, t0 + 10 * DAY_S)])
+    rebuilt = tmp_path / "rebuilt"
+    replay_files(
+        [str(new_paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout
+    )
+    stats = replay_files(
+        [str(old_paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout
+    )
+    assert stats.restored == 2
+    assert _group_sizes(rebuilt) == [("canonical", 2)]
+    keys = "SELECT key, canonical_id FROM exact_keys ORDER BY key"
+    live = sorted(_rows(old_paths.state / "state.sqlite3", keys) + _rows(new_paths.state / "state.sqlite3", keys))
+    assert _rows(rebuilt / "state.sqlite3", keys) == live

@@ -19,10 +19,19 @@ it does live.
 
 Every entry is stamped with the record's `published_at`, as the cascade stamps
 it live, so a replayed state ages as the live one did (`RetentionSettings`).
+
+A replay run again over its own state meets links whose verdicts the sweep has
+taken since (past `verdicts_days`) while their keys and groups stay (a year):
+such a document looks undecided, and restored again a duplicate would grow its
+canonical's group a second time. Each replay knows from its own evidence whether
+the state took a link in before (`applied_before`): the Kafka replay from the
+clock the state had, since the topic holds every link the state saw; the file
+replay from the state folder's journal, since files may come in any order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -64,11 +73,13 @@ def restore(
     state: StateStore,
     vectors: VectorStore | None = None,
     retention: RetentionSettings | None = None,
+    applied_before: Callable[[Recorded], bool] | None = None,
 ) -> bool:
     """Put back what deciding (or relinking) this document put in the state; False when it is there already.
 
     `retention` stamps the keys of a document under review as the cascade does (`key_stamp`); without it
-    they age as any exact key.
+    they age as any exact key. `applied_before` says, of a link whose document has no verdict, whether
+    the state took it in before its verdict expired (then it is there already: see the module's text).
     """
     published_at = recorded.published_at
     link = (
@@ -76,6 +87,8 @@ def restore(
     )
     old = state.verdict_of(link.doc_id)
     if old == link or (old is not None and recorded.keys is None):
+        return False
+    if old is None and applied_before is not None and applied_before(recorded):
         return False
     # A duplicate's keys lead to its canonical; a canonical and a document under review hold their own.
     holder = link.canonical_id if link.verdict is Verdict.DUPLICATE else link.doc_id

@@ -439,13 +439,12 @@ class Restorer:
         return done
 
     def _applied(self, recorded: Recorded) -> bool:
-        """Whether a link whose document has no verdict was applied to the state before the replay began: its
-        verdict is past its retention at the clock the replay found (the topic holds every link the state saw,
-        and the sweep took its verdict). Restored again, a duplicate would grow its canonical's group a second
-        time (group sizes are kept as long as the exact keys). An empty state's clock is 0: nothing is."""
-        if not self.found_clock or self._batched.verdict_of(recorded.link.doc_id) is not None:
-            return False
-        return self.state.stale(self.state.keep.verdicts, recorded.published_at, self.found_clock)
+        """Whether a link whose document has no verdict was applied to the state before the replay began
+        (`core.replay.restore`): its verdict is past its retention at the clock the replay found, since the
+        topic holds every link the state saw and the sweep took its verdict. An empty state's clock is 0."""
+        return bool(self.found_clock) and self.state.stale(
+            self.state.keep.verdicts, recorded.published_at, self.found_clock
+        )
 
     def _restore(self, batch: list[Recorded]) -> list[bool]:
         """`batch` in one transaction; in halves (and so on) while the lease runs out before it is written."""
@@ -460,7 +459,7 @@ class Restorer:
                 self._batched.warm(reads)
                 self._batched.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
                 state, vectors, retention = self._batched, self._vectors, self._retention
-                done = [not self._applied(r) and restore(r, state, vectors, retention) for r in batch]
+                done = [restore(r, state, vectors, retention, self._applied) for r in batch]
                 self._batched.flush_applied(lease)
             return done
         except LeaseLost:

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from streams.config import RetentionSettings, Settings
-from streams.core.model import ModelId, clamped
-from streams.core.replay import ReplayStats, model_named, restore
+from streams.core.model import ModelId, clamped, expired, keep_seconds
+from streams.core.replay import Recorded, ReplayStats, model_named, restore
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
@@ -55,6 +55,16 @@ def replay_files(
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit, uncommitted = time.perf_counter(), 0
+        verdicts_s = keep_seconds(retention.verdicts_days)
+
+        def taken_in(recorded: Recorded) -> bool:
+            """Whether this state took in the link of a document it has no verdict of (`restore`): its verdict
+            has expired by the state's clock and the journal holds a record of it that the state covers.
+            Files come in any order, so the clock alone cannot say: an older file's links are new to it."""
+            return expired(recorded.published_at, state.clock(), verdicts_s) and (
+                journal.link(recorded.link.doc_id, state.journal_mark) is not None
+            )
+
         try:
             for source in sources:
                 first = True
@@ -78,7 +88,7 @@ def replay_files(
                     state.advance(clamped(recorded.published_at, time.time()))
                     if recorded.link.model and recorded.vector is not None:
                         models.add(model_named(recorded.link.model))
-                    if restore(recorded, state, vectors, retention):
+                    if restore(recorded, state, vectors, retention, taken_in):
                         stats.restored += 1
                         journal.put_link(record)
                     else:
