@@ -1,8 +1,8 @@
 """`dedup run` and `dedup replay` on files across time: a kill between the journal's commit and the state's, a
 re-run of a finished run days later, a replay long after the run, a replay run twice or files replayed out of
-order. Each test is a guarantee that once broke
-(one verdict per document, a re-run changes nothing, a replay rebuilds the live state), for documents older
-than `verdicts_days` or dated past their ingest (clamped to a day after it).
+order. Each test is a guarantee that once broke (one verdict per document, a re-run changes nothing, a replay
+rebuilds the live state), for documents older than `verdicts_days` or dated past their ingest (clamped to a day
+after it).
 """
 
 from __future__ import annotations
