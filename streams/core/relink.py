@@ -77,6 +77,8 @@ Records = Iterable[dict[str, Any]]
 Holders = Callable[[Sequence[str]], dict[str, str]]
 """Exact keys to the documents they point to (absent keys left out): `StateStore.exact_lookup`."""
 Lookup = Callable[[str], dict[str, Any] | None]
+Current = Callable[[str], Link | None]
+"""The state's verdict of a document (`StateStore.verdict_of`): None where it has expired."""
 """A document id to its candidate record (or published article), or None."""
 
 
@@ -235,7 +237,10 @@ class _Planner:
     """The latest verdicts, indexed; each planned change is applied to this view, so later
     decisions in one plan see earlier ones."""
 
-    def __init__(self, records: Records, holders: Holders, candidate: Lookup, article: Lookup | None) -> None:
+    def __init__(
+        self, records: Records, holders: Holders, candidate: Lookup, article: Lookup | None, current: Current | None
+    ) -> None:
+        self._current = current
         self._docs: dict[str, _Doc] = {}
         for record in records:
             self._docs[record["doc_id"]] = _Doc(_link_of(record), record)
@@ -257,6 +262,18 @@ class _Planner:
 
     def order(self) -> list[str]:
         return list(self._docs)
+
+    def gone(self, doc_id: str) -> bool:
+        """Whether the state no longer has the document's verdict (past `verdicts_days`, or never committed):
+        it cannot say what a change would undo, so the document is not relinked there."""
+        return self._current is not None and self._current(doc_id) is None
+
+    def refuse_gone(self, doc_id: str, other: str | None) -> bool:
+        """Refuse a document that is `gone`; True when refused."""
+        if self.gone(doc_id):
+            self._refuse(doc_id, other, "its verdict has expired from the state (retention.verdicts_days)")
+            return True
+        return False
 
     def doc(self, doc_id: str) -> _Doc | None:
         return self._docs.get(doc_id)
@@ -408,8 +425,9 @@ class _Planner:
         return [_key(self._docs[doc_id].record, stage) for stage in EXACT]
 
     def _followers(self, inside: set[str], head: str) -> list[str]:
-        """The copies in record order (the order they were decided in), after their head."""
-        return sorted(inside - {head}, key=self._rank.__getitem__)
+        """The copies in record order (the order they were decided in), after their head; a copy `gone` from
+        the state is left as it is there (no verdict links it anywhere)."""
+        return sorted((d for d in inside - {head} if not self.gone(d)), key=self._rank.__getitem__)
 
     def _change(
         self,
@@ -456,15 +474,32 @@ def plan_decisions(
     holders: Holders,
     candidate: Lookup,
     article: Lookup | None = None,
+    current: Current | None = None,
 ) -> Plan:
-    """What people's labels change, applied in their order (the last label of a pair counts)."""
-    planner = _Planner(records, holders, candidate, article)
+    """What people's labels change, applied in their order (the last label of a pair counts). `current`: the
+    state's verdicts, so that a document whose verdict has expired there is refused, not planned."""
+    planner = _Planner(records, holders, candidate, article, current)
     last: dict[tuple[str, str], Label] = {}
     for label in labels:
         last.pop((label.a, label.b), None)
         last[(label.a, label.b)] = label
-    for label in last.values():
-        _decide(planner, label)
+    # A label refused for what a later one changes (a link back refused while a document linked to it, which a
+    # later label unlinks) is decided again after them, until a round changes nothing more: otherwise the
+    # same file applied a second time would change the state again.
+    todo = list(last.values())
+    while todo:
+        made = len(planner.plan.changes)
+        refused: list[tuple[Label, list[Refusal]]] = []
+        for label in todo:
+            start = len(planner.plan.refused)
+            _decide(planner, label)
+            if len(planner.plan.refused) > start:
+                refused.append((label, planner.plan.refused[start:]))
+        if len(planner.plan.changes) == made:
+            break
+        withdrawn = {id(refusal) for _, said in refused for refusal in said}
+        planner.plan.refused = [r for r in planner.plan.refused if id(r) not in withdrawn]
+        todo = [label for label, _ in refused]
     return planner.plan
 
 
@@ -474,6 +509,8 @@ def _decide(planner: _Planner, label: Label) -> None:
     by = label.by or "a person"
     if doc is None:
         planner._refuse(a, b, "no verdict on record for this document")
+        return
+    if planner.refuse_gone(a, b):
         return
     link = doc.link
     linked = link.canonical_id == b and link.verdict in (Verdict.DUPLICATE, Verdict.REVIEW) and a != b
@@ -511,9 +548,13 @@ def plan_cutoff(
     holders: Holders,
     candidate: Lookup,
     article: Lookup | None = None,
+    current: Current | None = None,
 ) -> Plan:
-    """What a new cut-off changes: duplicates below it unlinked, earlier threshold unlinks that meet it back."""
-    planner = _Planner(records, holders, candidate, article)
+    """What a new cut-off changes: duplicates below it unlinked, earlier threshold unlinks that meet it back
+    (`current` as for `plan_decisions`)."""
+    planner = _Planner(records, holders, candidate, article, current)
+    # Every unlink first, then every link back: a document linked to an unlinked one while it was unlinked
+    # blocks its link back (a chain) until the cut-off unlinks that document too.
     for doc_id in planner.order():
         doc = planner.doc(doc_id)
         assert doc is not None
@@ -528,14 +569,21 @@ def plan_cutoff(
             if doc.decided_by == "person":
                 planner._refuse(doc_id, link.canonical_id, "a person decided it; a cut-off leaves it alone")
                 continue
+            if planner.refuse_gone(doc_id, link.canonical_id):
+                continue
             why = f"{link.stage} score {link.score:.3f} below {cutoff.below} ({_pair_name(kind)})"
             planner.unlink(doc_id, "threshold", why)
-        elif link.verdict is Verdict.UNLINKED and doc.decided_by == "threshold":
+    for doc_id in planner.order():
+        doc = planner.doc(doc_id)
+        assert doc is not None
+        if doc.link.verdict is Verdict.UNLINKED and doc.decided_by == "threshold":
             earlier = doc.previous
             if earlier is None or earlier.stage is not cutoff.stage or earlier.score is None:
                 continue
             kind = _kind(planner, doc, earlier.canonical_id)
             if kind is None or not cutoff.covers(kind) or earlier.score < cutoff.below:
+                continue
+            if planner.refuse_gone(doc_id, earlier.canonical_id):
                 continue
             why = f"{earlier.stage} score {earlier.score:.3f} at or above {cutoff.below} ({_pair_name(kind)})"
             planner.back(doc_id, "threshold", why)
@@ -587,7 +635,13 @@ def check(changes: Sequence[Change], state: StateStore) -> list[Change]:
     """
     verdicts: dict[str, Link | None] = {}
     held: dict[str, str | None] = {}
+    sizes: dict[str, int] = {}
+    """Group sizes as the plan's earlier changes leave them (a member unlinked before its canonical links back)."""
     todo: list[Change] = []
+
+    def size(canonical_id: str) -> int:
+        return sizes[canonical_id] if canonical_id in sizes else state.group_size(canonical_id)
+
     for change in changes:
         doc_id = change.doc_id
         current = verdicts[doc_id] if doc_id in verdicts else state.verdict_of(doc_id)
@@ -609,8 +663,12 @@ def check(changes: Sequence[Change], state: StateStore) -> list[Change]:
             if holder not in (expected, change.holder):
                 raise Stale(f"the {stage} key of {doc_id} points to {holder}, not {expected}: plan it again")
             held[key] = change.holder
-        if change.group is not None and state.group_size(doc_id) != change.group:
+        if change.group is not None and size(doc_id) != change.group:
             raise Stale(f"{doc_id} gained members since the relink was planned: plan it again")
+        if current.verdict is Verdict.DUPLICATE:  # as `restore` moves it: a duplicate counts in its group
+            sizes[current.canonical_id] = size(current.canonical_id) - 1
+        if change.link.verdict is Verdict.DUPLICATE:
+            sizes[change.link.canonical_id] = size(change.link.canonical_id) + 1
         verdicts[doc_id] = change.link
         todo.append(change)
     return todo

@@ -99,7 +99,13 @@ def link_identity(record: dict[str, Any]) -> object:
 
 
 def deduped_identity(record: dict[str, Any]) -> object:
-    return [record.get("id"), record.get("features", {}).get("content_hash")]
+    return [record.get("id"), article_features(record).get("content_hash")]
+
+
+def article_features(record: dict[str, Any]) -> dict[str, Any]:
+    """A published article's `features` object; empty where a file handed in says something else there."""
+    features = record.get("features")
+    return features if isinstance(features, dict) else {}
 
 
 def _claim_outputs(paths: RunPaths, force: bool) -> bool:

@@ -131,12 +131,15 @@ class JsonlOutput:
                 if not line.endswith(b"\n"):
                     break
                 try:
-                    self._seen.add(self._key(orjson.loads(line)))
+                    record = orjson.loads(line)
                 except orjson.JSONDecodeError:
+                    record = None
+                if not isinstance(record, dict):
                     raise ValueError(
-                        f"{self.path}:{line_no} is not a JSON line, so the run cannot continue this file:"
+                        f"{self.path}:{line_no} is not a JSON object, so the run cannot continue this file:"
                         " move it away, or use --force to start the outputs over"
-                    ) from None
+                    )
+                self._seen.add(self._key(record))
                 whole += len(line)
             end = handle.seek(0, os.SEEK_END)
             if whole < end:

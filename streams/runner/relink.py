@@ -44,7 +44,7 @@ from streams.core.relink import (
     plan_decisions,
 )
 from streams.records.output import now_rfc3339
-from streams.runner.embedded import RunPaths, _claim_outputs, link_identity, locked
+from streams.runner.embedded import RunPaths, _claim_outputs, article_features, link_identity, locked
 from streams.runner.jsonl import JsonlOutput, read_lines
 from streams.stores.journal import JOURNAL_FILE, Journal
 from streams.stores.sqlite import SqliteStateStore
@@ -111,10 +111,14 @@ def relink_files(
         try:
             published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
             if decisions is not None:
-                plan = plan_decisions(journal.links(), decisions, state.exact_lookup, journal.candidate, published)
+                plan = plan_decisions(
+                    journal.links(), decisions, state.exact_lookup, journal.candidate, published, state.verdict_of
+                )
             else:
                 assert cutoff is not None
-                plan = plan_cutoff(journal.links(), cutoff, state.exact_lookup, journal.candidate, published)
+                plan = plan_cutoff(
+                    journal.links(), cutoff, state.exact_lookup, journal.candidate, published, state.verdict_of
+                )
             result = RelinkResult(plan)
             if dry_run or not plan.changes:
                 return result
@@ -160,7 +164,8 @@ def _own_outputs(state_dir: Path) -> list[Path]:
 
 def _deduped_identity(record: dict[str, Any]) -> object:
     """An article published again with another verdict (unlinked after review) is written again."""
-    return [record.get("id"), record.get("features", {}).get("content_hash"), record.get("features", {}).get("verdict")]
+    features = article_features(record)
+    return [record.get("id"), features.get("content_hash"), features.get("verdict")]
 
 
 class _LastRecords:
@@ -173,8 +178,10 @@ class _LastRecords:
             # JsonlOutput cuts a torn last line and refuses a file that is not JSON lines.
             JsonlOutput(path, lambda record: record).close()
             with open(path, "rb") as handle:
-                for line in handle:
+                for line_no, line in enumerate(handle, start=1):
                     record = orjson.loads(line)
+                    if not isinstance(record.get("doc_id"), str):
+                        raise ValueError(f"{path}:{line_no} is no link record (it has no doc_id): move it away")
                     self._last[record["doc_id"]] = self._key(record)
         self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
 
@@ -216,5 +223,5 @@ class PublishedArticles:
                     except orjson.JSONDecodeError:
                         continue
                     if isinstance(record, dict) and isinstance(record.get("id"), str):
-                        self._found[record["id"]] = record
+                        self._found[record["id"]] = {**record, "features": article_features(record)}
         return self._found.get(doc_id)

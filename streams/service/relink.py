@@ -122,9 +122,9 @@ def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
     published = PublishedArticles(settings)
     if labels is not None:
-        return plan_decisions(order, labels, state.exact_lookup, candidates.get, published)
+        return plan_decisions(order, labels, state.exact_lookup, candidates.get, published, state.verdict_of)
     assert cutoff is not None
-    return plan_cutoff(order, cutoff, state.exact_lookup, candidates.get, published)
+    return plan_cutoff(order, cutoff, state.exact_lookup, candidates.get, published, state.verdict_of)
 
 
 RELINK_FIELDS = ("decided_by", "reason", "previous", "keys")
