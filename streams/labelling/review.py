@@ -30,10 +30,12 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from streams.config import SemanticSettings
 from streams.core.model import Stage, Verdict
 from streams.core.relink import Change, Label, Plan
 from streams.labelling.pairs import BAND_LABELS, LabelWriter, Pair, band_counts, band_of, label_record
 from streams.labelling.screen import DecisionCallback, LabelApp
+from streams.reporting.inert import inert
 
 if TYPE_CHECKING:
     from streams.runner.relink import RelinkResult
@@ -104,6 +106,12 @@ def _pair(record: Mapping[str, Any], b_language: str | None, candidate: Lookup, 
     return Pair(a, b, score, band_of(score) or "", model, same, **texts, source="review", verdict="review")
 
 
+SHOWN_CHARS = SemanticSettings.model_fields["candidate_text_chars"].default
+"""Characters of a published article's text a pair shows: what a candidate record keeps by default. The word
+diff is quadratic, and a SimHash review's texts come whole from the published articles (up to
+`max_record_bytes`): 80,000 words kept the screen from showing its first pair for minutes."""
+
+
 def _title_and_text(doc_id: str, candidate: Lookup, article: Lookup | None) -> tuple[str | None, str | None]:
     found = candidate(doc_id)
     if found is not None and found.get("text"):
@@ -111,7 +119,8 @@ def _title_and_text(doc_id: str, candidate: Lookup, article: Lookup | None) -> t
     published = article(doc_id) if article is not None else None
     if published is None:
         return None, None
-    return published.get("title"), article_text(published)
+    title, text = published.get("title"), article_text(published)
+    return (title[:SHOWN_CHARS] if isinstance(title, str) else None), (text and text[:SHOWN_CHARS])
 
 
 def is_simhash(pair: Pair) -> bool:
@@ -174,7 +183,7 @@ class ReviewApp(LabelApp):
         def decided(pair: Pair, duplicate: bool) -> object:
             message = on_decision(pair, duplicate)
             self.applied.append(message)
-            self.notify(message, timeout=6)
+            self.notify(inert(str(message)), timeout=6, markup=False)  # ids are the crawl's: shown, not markup
             return message
 
         callback: DecisionCallback = decided
@@ -207,7 +216,9 @@ class ReviewApp(LabelApp):
             line.append("semantic review", style="bold")
             line.append(f": score {pair.score:.4f}   band ")
             line.append(pair.band or "below 0.75", style="bold")
-            line.append(f"   model {pair.model}   " + ("same language" if pair.same_language else "cross-language"))
+            line.append(
+                f"   model {inert(pair.model)}   " + ("same language" if pair.same_language else "cross-language")
+            )
         if pair.key in self.labels:
             earlier = "duplicate" if self.labels[pair.key] else "not a duplicate"
             line.append(f"   decided: {earlier} (a new key replaces it)", style="italic")

@@ -37,6 +37,7 @@ from textual.widgets import Footer, Header, Static
 
 from streams.labelling.diff import Kind, Side, diff_texts
 from streams.labelling.pairs import BAND_LABELS, Pair, PairKey, band_counts
+from streams.reporting.inert import inert
 
 DecisionCallback = Callable[[Pair, bool], object]
 """Called with the pair and the decision (True: duplicate) before the screen moves on; if it
@@ -56,7 +57,7 @@ KEYS_HELP = (
 
 def highlighted(side: Side) -> Text:
     """The side's text with each differing token styled by its kind."""
-    text = Text(side.text)
+    text = Text(inert(side.text))  # of the same length: the spans still fall on their tokens
     for start, end, kind in side.spans():
         text.stylize(STYLES[kind], start, end)
     return text
@@ -164,9 +165,9 @@ class LabelApp(App[int]):
                 ("b", pair.b, pair.b_language, pair.b_title, diff.b),
             ):
                 role = "A, later document" if side == "a" else "B, its canonical"
-                head = Text.assemble((f"{role}: ", "bold"), doc_id, f"  [{language or '?'}]")
+                head = Text.assemble((f"{role}: ", "bold"), inert(doc_id), f"  [{inert(language or '?')}]")
                 self.query_one(f"#{side}-head", Static).update(head)
-                self.query_one(f"#{side}-title", Static).update(Text(title or "(no title)"))
+                self.query_one(f"#{side}-title", Static).update(Text(inert(title or "(no title)")))
                 body = highlighted(shown) if shown.text else Text("(no text)", style="italic")
                 self.query_one(f"#{side}-text", Static).update(body)
             self.query_one("#documents", VerticalScroll).scroll_home(animate=False)
@@ -178,7 +179,7 @@ class LabelApp(App[int]):
             (f"pair {self.cursor + 1} of {len(self.pairs)}", "bold"),
             f"   score {pair.score:.4f}   band ",
             (pair.band, "bold"),
-            f"   model {pair.model}   ",
+            f"   model {inert(pair.model)}   ",
             "same language" if pair.same_language else "cross-language",
         )
         if pair.key in self.labels:
@@ -228,7 +229,7 @@ class LabelApp(App[int]):
         try:
             self.on_decision(pair, duplicate)
         except Exception as exc:  # the callback's failure is shown; the pair stays for another try
-            self.notify(f"not recorded: {exc}", severity="error", timeout=10)
+            self.notify(inert(f"not recorded: {exc}"), severity="error", timeout=10, markup=False)
             return
         self.labels[pair.key] = duplicate
         self.skipped.discard(pair.key)

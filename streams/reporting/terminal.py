@@ -8,6 +8,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from streams.reporting.inert import inert
 from streams.reporting.report import Report
 from streams.reporting.statistics import STAGE_KEYS, STAGES
 from streams.reporting.verdicts import VERDICTS
@@ -79,7 +80,7 @@ def groups_tables(report: Report) -> Iterator[Table]:
             largest.add_column(name, justify="left" if name in ("canonical", "language") else "right")
         for group in report.groups.largest:
             stages = [f"{group.stages[s]:,}" if s in group.stages else "" for s in STAGES]
-            largest.add_row(group.canonical_id, group.language or "?", f"{group.size:,}", *stages)
+            largest.add_row(inert(group.canonical_id), inert(group.language or "?"), f"{group.size:,}", *stages)
         yield largest
 
 

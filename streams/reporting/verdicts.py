@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from streams.config import Settings
+from streams.records.article import CONTROL
 
 STAGES = ("url", "content", "simhash", "semantic")
 NO_STAGE = "none"
@@ -28,6 +29,9 @@ NO_STAGE = "none"
 VERDICTS = ("unique", "duplicate", "review", "unlinked")
 CANONICAL_VERDICTS = frozenset({"unique", "unlinked"})
 """Verdicts of a canonical: others may link to it."""
+SCORE_RANGES = {"simhash": (0.0, 64.0)}
+"""What a stage's score can be (a Hamming distance of 64 bits); any other score is a cosine (rounding aside)."""
+COSINE = (-1.001, 1.001)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ def parse_decision(record: Any) -> Decision:
     doc_id, canonical_id = record["doc_id"], record["canonical_id"]
     if not isinstance(doc_id, str) or not doc_id or not isinstance(canonical_id, str) or not canonical_id:
         raise ValueError("doc_id and canonical_id must be non-empty strings")
+    if CONTROL.search(doc_id) or CONTROL.search(canonical_id):  # as the input's ids and replay's
+        raise ValueError(f"doc_id and canonical_id must have no control characters, got {doc_id!r}, {canonical_id!r}")
     verdict = record["verdict"]
     if verdict not in VERDICTS:
         raise ValueError(f"unknown verdict {verdict!r}")
@@ -73,6 +79,9 @@ def parse_decision(record: Any) -> Decision:
     score = record.get("score")
     if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
         raise ValueError(f"score must be a number or null, got {score!r}")
+    low, high = SCORE_RANGES.get(stage, COSINE)
+    if score is not None and not low <= score <= high:
+        raise ValueError(f"a {stage} score must be from {low:g} to {high:g}, got {score!r}")
     language, model, decided_by = record.get("language"), record.get("model"), record.get("decided_by")
     for name, value in (("language", language), ("model", model), ("decided_by", decided_by)):
         if value is not None and not isinstance(value, str):
