@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from streams.core.relink import Cutoff, Label
+from streams.stores.journal import Journal
 from tests.test_relink import (
     DAY_ONE,
     VECTORS,
@@ -156,3 +157,52 @@ def test_a_links_file_in_out_with_a_line_that_is_no_link_is_a_clear_error(world:
     done = dedup("relink", "--state", str(world.state), "--out", str(out), "--decisions", str(labels))
     assert "Traceback" not in done.stderr, done.stderr[-400:]
     assert done.returncode == 2
+
+
+# ---------------------------------------------------------------- a kill between the state's commit and the journal's
+
+
+class _Killed(BaseException):
+    """The process stopped here (SIGKILL): nothing after it runs, not even a `finally` that commits."""
+
+
+def _kill_before_the_journal(world: World, labels: list[Label], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relink wrote its outputs and committed the state, then was killed as the journal committed: the
+    journal is as before."""
+
+    def killed(self: Journal) -> None:
+        raise _Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Journal, "commit", killed)
+        with pytest.raises(_Killed):
+            world.relink(decisions=labels)
+
+
+def test_a_decision_after_a_killed_relink_is_applied_not_reported_as_already_made(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after the state commit (A unlinked there and in relinked/links.jsonl), the person then
+    changed their mind: `A is a duplicate of B`. The plan was made from the journal, which still said
+    duplicate: reported "already as decided", nothing changed, and the state kept A unlinked."""
+    _kill_before_the_journal(world, [_label("A", "B", False)], monkeypatch)
+    assert _verdicts(world)["A"] == ("unlinked", "A")
+    result = world.relink(decisions=[_label("A", "B", True)])
+    assert _verdicts(world)["A"] == ("duplicate", "B"), (
+        f"changes {[c.doc_id for c in result.plan.changes]}, unchanged {result.plan.unchanged}"
+    )
+
+
+def test_a_run_after_a_killed_relink_finds_the_relinked_verdict_in_the_journal(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same kill, then `dedup run` over day one again: the journal (which the run asks about documents
+    past `verdicts_days`) lacked the relink's records until a relink ran again."""
+    _kill_before_the_journal(world, [_label("A", "B", False)], monkeypatch)
+    world.run([_article("Y2", "https://y2.example.org/y", _body(60, 10))], "later")
+    journal = Journal(world.state)
+    try:
+        record = journal.link("A")
+    finally:
+        journal.close()
+    assert record is not None and record["verdict"] == "unlinked", record

@@ -40,7 +40,7 @@ from streams.records.output import candidate_record, deduped_record, link_record
 from streams.runner.collector import rare_collections
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
-from streams.stores.journal import Journal
+from streams.stores.journal import Journal, settle
 from streams.stores.sqlite import SqliteStateStore
 
 CHUNK = 256
@@ -194,6 +194,7 @@ def run(
             paths.state / "state.sqlite3", retention=settings.retention, band_layout=settings.simhash.band_layout
         )
         journal = Journal(paths.state)
+        settle(journal, state)
         vectors = None
         if Stage.SEMANTIC in settings.stages:
             from streams.embedders import make_embedder

@@ -8,12 +8,15 @@ document, the candidate records with vectors and articles) and its exact-key ind
    it was planned on) before anything is written;
 2. the new link records are appended to DIR2/links.jsonl and the documents it publishes
    to DIR2/deduped.jsonl, and both are synced;
-3. the state (and the vectors) are changed and committed;
+3. the state (and the vectors) are changed and committed, the new records with them as
+   owed to the journal (`SqliteStateStore.owe_journal`);
 4. the journal takes the new records.
 
 A relink stopped anywhere is completed by running it again: before 3 the state is as
-it was and the same plan is made again; after 3 the changes are found made and only the
-journal is brought up to date. A record already the last of its document in
+it was and the same plan is made again; after 3 the changes are found made. A command
+that opens the state folder next (a relink of other decisions, `dedup run`) first gives
+the journal what the state owes it (`streams.stores.journal.settle`), so no plan is made
+from a journal behind its state. A record already the last of its document in
 DIR2/links.jsonl is not appended again, nor an article already published there with the
 same verdict; so the last record of every document stays its verdict. The state folder
 and DIR2 are locked as `dedup run` locks them.
@@ -46,7 +49,7 @@ from streams.core.relink import (
 from streams.records.output import now_rfc3339
 from streams.runner.embedded import RunPaths, _claim_outputs, article_features, link_identity, locked
 from streams.runner.jsonl import JsonlOutput, read_lines
-from streams.stores.journal import JOURNAL_FILE, Journal
+from streams.stores.journal import JOURNAL_FILE, Journal, settle
 from streams.stores.sqlite import SqliteStateStore
 
 
@@ -109,6 +112,7 @@ def relink_files(
         )
         journal = Journal(state_dir)
         try:
+            settle(journal, state)
             published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
             if decisions is not None:
                 plan = plan_decisions(
@@ -140,11 +144,13 @@ def relink_files(
 
                 with EdgeVectorStore(state_dir / "vectors") as vectors:
                     result.made = apply(todo, state, vectors, checked=True, retention=configured.retention)
+                state.owe_journal(records)
                 state.commit()
             for record in records:
                 journal.put_link(record)
             journal.commit()
-            state.note_journal(journal.position)  # committed as the state closes
+            state.note_journal(journal.position)  # committed as the state closes, with what it owed forgotten
+            state.settle_journal()
             return result
         finally:
             journal.close()

@@ -21,9 +21,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from streams.stores.sqlite import SqliteStateStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS links (position INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, record BLOB NOT NULL);
@@ -114,3 +117,17 @@ class Journal:
                 yield orjson.loads(record)
         for record in list(pending.values()):
             yield orjson.loads(record)
+
+
+def settle(journal: Journal, state: SqliteStateStore) -> None:
+    """Give the journal the records its state owes it (`SqliteStateStore.owe_journal`: a command killed after
+    committing the state), before anything reads the journal."""
+    owed = state.journal_owed()
+    if not owed:
+        return
+    for record in owed:
+        journal.put_link(record)
+    journal.commit()
+    state.note_journal(journal.position)
+    state.settle_journal()
+    state.commit()

@@ -35,6 +35,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from streams.config import RetentionSettings
 from streams.core.model import Canonical, Link, Stage, Verdict, clamped, keep_seconds
 from streams.core.ports import LayoutMismatch, Reads
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS exact_keys (key BLOB PRIMARY KEY, canonical_id TEXT N
 CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER NOT NULL, stamp INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS made_with (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal_owed (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
 """
 _BEFORE_LAYOUTS = FOUR_BY_16.name
 """The band layout of a state folder made before layouts were recorded (`made_with` has no `bands`)."""
@@ -133,6 +136,8 @@ class SqliteStateStore:
         past it was journalled before a kill stopped this commit. None: a state from before marks (or one kept
         without a journal), which covers every record."""
         self._noted: int | None = None
+        self._owed: list[bytes] = []
+        self._settled = False
         row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
         self._clock = 0
         self._since: dict[str, float] = {}
@@ -220,6 +225,11 @@ class SqliteStateStore:
         if self._noted is not None:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (self._noted,))
             self.journal_mark, self._noted = self._noted, None
+        if self._settled:
+            db.execute("DELETE FROM journal_owed")
+            self._settled = False
+        db.executemany("INSERT INTO journal_owed (record) VALUES (?)", [(record,) for record in self._owed])
+        self._owed.clear()
         if self._clock:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (self._clock,))
             if self._unstamped:  # "stamped at migration": with the first clock the old rows see
@@ -273,6 +283,21 @@ class SqliteStateStore:
     def note_journal(self, position: int) -> None:
         """The journal's records are committed through `position`: noted with the state's next commit."""
         self._noted = position
+
+    def owe_journal(self, records: Iterable[dict[str, Any]]) -> None:
+        """Link records the journal takes after the state's next commit, kept in that commit: a kill between
+        the two leaves them here for the next command to give the journal (`journal_owed`). A relink commits
+        the state first, since it writes nothing there until every change is checked against it."""
+        self._owed.extend(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) for record in records)
+
+    def journal_owed(self) -> list[dict[str, Any]]:
+        """The records a committed state owes its journal, in the order they were written."""
+        rows = self._db.execute("SELECT record FROM journal_owed ORDER BY position").fetchall()
+        return [orjson.loads(record) for (record,) in rows]
+
+    def settle_journal(self) -> None:
+        """The journal has what the state owed it: forgotten with the state's next commit."""
+        self._settled = True
 
     def close(self) -> None:
         self.commit()
