@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -35,7 +37,7 @@ DEFAULT_THRESHOLDS = {
 class Section(BaseModel):
     """A section of the configuration: a key it does not know is a typo, refused by name."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SimhashSettings(Section):
@@ -234,22 +236,35 @@ class WorkerSettings(Section):
     web_port: int = Field(6066, ge=0, le=65535, description="Port of /healthz, /readyz and /metrics.")
 
 
+MAX_DAYS = 36_525
+"""A century: the longest retention a family takes (0 keeps it forever); seconds of more would not fit a stamp."""
+
+
 class RetentionSettings(Section):
     """How long each key family is kept, in the stream's time (the newest `published_at` seen); 0 keeps it
     forever. An entry older than its family's retention is invisible at once and swept later (README,
     "Retention")."""
 
     bands_days: float = Field(
-        30.0, ge=0, description="SimHash band entries of a canonical: near-duplicates cluster in time."
+        30.0, ge=0, le=MAX_DAYS, description="SimHash band entries of a canonical: near-duplicates cluster in time."
     )
     exact_days: float = Field(
-        365.0, ge=0, description="Exact URL and content keys, and group sizes: a re-crawl months later still links."
+        365.0,
+        ge=0,
+        le=MAX_DAYS,
+        description="Exact URL and content keys, and group sizes: a re-crawl months later still links.",
     )
     vectors_hours: float = Field(
-        72.0, ge=0, description="Canonical vectors: the semantic window plus a margin (at least semantic.window_hours)."
+        72.0,
+        ge=0,
+        le=MAX_DAYS * 24,
+        description="Canonical vectors: the semantic window plus a margin (at least semantic.window_hours).",
     )
     verdicts_days: float = Field(
-        7.0, ge=0, description="Verdicts kept for redelivery: as long as the input topic keeps its records."
+        7.0,
+        ge=0,
+        le=MAX_DAYS,
+        description="Verdicts kept for redelivery: as long as the input topic keeps its records.",
     )
 
     @property
@@ -273,11 +288,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DEDUP_",
         env_nested_delimiter="__",
+        env_ignore_empty=True,  # `DEDUP_STATE_DIR=` is unset, not Path("") (the working directory)
+        allow_inf_nan=False,
         extra="forbid",
         toml_file=None,
     )
 
-    stages: list[Stage] = Field(default_factory=lambda: list(Stage), description="Stages to run, in cascade order.")
+    stages: Annotated[list[Stage], NoDecode] = Field(
+        default_factory=lambda: list(Stage), description="Stages to run, in cascade order."
+    )
     sources: Path | None = Field(None, description="TOML file of per-host query parameters to keep.")
     state_dir: Path | None = Field(None, description="Folder of the embedded state (default: OUT/state).")
     group_cap: int = Field(
@@ -286,6 +305,7 @@ class Settings(BaseSettings):
     max_record_bytes: int = Field(
         960 * 1024,
         ge=1024,
+        le=1 << 30,
         description="Input records larger than this are rejected; the workers refuse a value that would not fit,"
         " with the features added, in what the broker accepts (worker.max_message_bytes).",
     )
@@ -341,6 +361,19 @@ class Settings(BaseSettings):
     semantic: SemanticSettings = Field(default_factory=SemanticSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _stages_as_written(cls, value: Any) -> Any:
+        """`DEDUP_STAGES=url,content,simhash`, as `--stages` takes them (a JSON list reads too)."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("["):
+            try:
+                return orjson.loads(value)
+            except orjson.JSONDecodeError:
+                raise ValueError(f"not a JSON list of stages: {value!r}") from None
+        return [name.strip() for name in value.split(",") if name.strip()]
 
     @model_validator(mode="after")
     def _stages_in_order(self) -> Settings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
@@ -73,8 +74,10 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
                 for e in exc.errors()
             )
             err.print(tagged("error:", "bold red", f"invalid configuration: {problems}"), soft_wrap=True)
-        except (OSError, ValueError, RuntimeError) as exc:
+        except (OSError, ValueError, RuntimeError, OverflowError) as exc:
             err.print(tagged("error:", "bold red", exc), soft_wrap=True)
+        except sqlite3.Error as exc:  # a state or journal file another program wrote, or half of one
+            err.print(tagged("error:", "bold red", f"a state folder's SQLite file cannot be used: {exc}"))
         except KeyboardInterrupt:
             err.print(
                 "interrupted: outputs and state are saved up to the last document decided;"

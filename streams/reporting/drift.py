@@ -204,7 +204,7 @@ def drift(periods: list[PeriodStats], period: Period, factor: float, last: str |
     Naming it lets a job that runs after midnight judge yesterday, a whole day, rather than the
     minutes of today it would otherwise take for the last period.
     """
-    if factor <= 1:
+    if not factor > 1:  # NaN too, which would switch the alarm off
         raise ValueError(f"the alarm factor must be above 1, got {factor}")
     current = periods[-1] if periods else None
     if last is not None:

@@ -18,6 +18,7 @@ its vector) kept in the state; ordering the writes needs nothing kept twice.
 from __future__ import annotations
 
 import fcntl
+import os
 import signal
 import threading
 import time
@@ -117,7 +118,7 @@ def _claim_outputs(paths: RunPaths, force: bool) -> bool:
     """
     state = str(paths.state.resolve())
     written = any(p.exists() and p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected))
-    owner = orjson.loads(paths.owner.read_bytes()).get("state") if paths.owner.is_file() else None
+    owner = _owner(paths)
     theirs = written and owner != state
     if theirs and not force:
         if owner is None:
@@ -129,8 +130,35 @@ def _claim_outputs(paths: RunPaths, force: bool) -> bool:
             f"output folder {paths.out} holds the outputs of state folder {owner}: give --state {owner}"
             " to continue them, another --out, or --force to start them over"
         )
-    paths.owner.write_bytes(orjson.dumps({"state": state}))
     return theirs
+
+
+def _owner(paths: RunPaths) -> str | None:
+    """The state folder run.json names (None: no run.json); ValueError naming it when it names none."""
+    if not paths.owner.is_file():
+        return None
+    try:
+        record = orjson.loads(paths.owner.read_bytes())
+    except orjson.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("state"), str):
+        raise ValueError(
+            f'{paths.owner} names no state folder: write {{"state": "/path/to/the/state"}} into it (the'
+            " folder whose outputs these are), or use --force to start the outputs over"
+        )
+    return record["state"]
+
+
+def note_owner(paths: RunPaths) -> None:
+    """Write run.json (which state folder the outputs belong to) once every store has opened, so that a command
+    that fails before (a state of another band layout) leaves the outputs to the state they had; written whole
+    or not at all (a kill or a full disk never leaves it empty)."""
+    temporary = paths.owner.with_name(f".{paths.owner.name}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(orjson.dumps({"state": str(paths.state.resolve())}))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, paths.owner)
 
 
 class _Interrupts:
@@ -203,6 +231,7 @@ def run(
             embedder = embedder or make_embedder(settings.semantic)
             vectors = EdgeVectorStore(paths.state / "vectors")
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
+        note_owner(paths)
         outputs = (
             JsonlOutput(paths.links, link_identity, fresh=fresh),
             JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),

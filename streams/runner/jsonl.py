@@ -6,7 +6,9 @@ import gzip
 import hashlib
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -32,21 +34,22 @@ class InputLine:
 
 
 def check_sources(sources: list[str]) -> None:
-    """Fail before any work when an input file is missing or is not a file."""
+    """Fail before any work when an input is missing or is a directory. A pipe is an input too: `<(zcat ...)`
+    hands over /dev/fd/63, and a FIFO or /dev/stdin reads as stdin does."""
     for source in sources:
         if source == "-":
             continue
         path = Path(source)
         if path.is_dir():
             raise IsADirectoryError(f"input {source} is a directory, not a file")
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"input file not found: {source}")
 
 
 def input_size(sources: list[str]) -> int | None:
-    """Total bytes to read, for a progress bar; None when reading stdin."""
+    """Total bytes to read, for a progress bar; None when one is stdin or a pipe (no size to read ahead)."""
     check_sources(sources)
-    if "-" in sources:
+    if "-" in sources or not all(Path(s).is_file() for s in sources):
         return None
     return sum(Path(s).stat().st_size for s in sources)
 
@@ -75,13 +78,22 @@ _Line = tuple[int, bytes, int, int]
 """Line number, the line without its end, its full size, input bytes consumed."""
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""How a gzip stream begins: gzip is read by its content, whatever the name (`.GZ`, stdin, a pipe)."""
+
+
 def _lines_of(source: str, limit: int | None) -> Iterator[_Line]:
-    if source == "-":
-        yield from _split(sys.stdin.buffer, limit, None)
-        return
-    with open(source, "rb") as handle:
-        stream: IO[bytes] = gzip.GzipFile(fileobj=handle) if source.endswith(".gz") else handle
-        yield from _split(stream, limit, handle)
+    with ExitStack() as held:
+        handle = sys.stdin.buffer if source == "-" else held.enter_context(open(source, "rb"))
+        packed = handle.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] == GZIP_MAGIC
+        stream: IO[bytes] = gzip.GzipFile(fileobj=handle) if packed else handle
+        line_no = 0
+        try:
+            for line in _split(stream, limit, handle if handle.seekable() else None):
+                line_no = line[0]
+                yield line
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise ValueError(f"{source} is damaged gzip after line {line_no}: {exc}") from None
 
 
 def _split(stream: IO[bytes], limit: int | None, position_of: IO[bytes] | None) -> Iterator[_Line]:

@@ -47,7 +47,14 @@ from streams.core.relink import (
     plan_decisions,
 )
 from streams.records.output import now_rfc3339
-from streams.runner.embedded import RunPaths, _claim_outputs, article_features, link_identity, locked
+from streams.runner.embedded import (
+    RunPaths,
+    _claim_outputs,
+    article_features,
+    link_identity,
+    locked,
+    note_owner,
+)
 from streams.runner.jsonl import JsonlOutput, read_lines
 from streams.stores.journal import JOURNAL_FILE, Journal, settle
 from streams.stores.sqlite import SqliteStateStore
@@ -127,6 +134,7 @@ def relink_files(
             if dry_run or not plan.changes:
                 return result
             _claim_outputs(paths, force=False)
+            note_owner(paths)
             todo = check(plan.changes, state)
             records = [change_record(change, now_rfc3339()) for change in plan.changes]
             links = _LastRecords(paths.links)

@@ -43,10 +43,14 @@ class Journal:
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(folder / JOURNAL_FILE), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        path = folder / JOURNAL_FILE
+        try:
+            self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise ValueError(f"{path} is no journal this version can open ({exc})") from None
         self._pending: dict[str, dict[str, bytes]] = {table: {} for table in _TABLES}
         self.position = self._last_position()
         """Where the committed link records end: a state committed after the journal notes it."""

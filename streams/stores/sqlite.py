@@ -108,8 +108,11 @@ class SqliteStateStore:
         }
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        try:
+            self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as exc:
+            raise ValueError(f"{path} is no state file this version can open ({exc})") from None
         self._db.execute("PRAGMA synchronous=NORMAL")
         # The default 2 MB page cache thrashes once the indexes outgrow it (tens of
         # thousands of documents); SQLite takes only what it uses of these limits.
