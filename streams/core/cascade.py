@@ -26,10 +26,11 @@ canonical" in a way that deletes data or makes a chain:
   linked to a document that may be under review.
 - A vector without a verdict is an orphan (removed) only while its verdict could
   still be there; past `verdicts_days` it is a canonical's, as every vector is.
-- A document older than `verdicts_days` in stream time may be a redelivery whose
-  verdict expired. If it has members (its group, stamped with its latest member,
-  lives `exact_days`) it was a canonical and stays one: linked to another, its
-  members' links would be chains. Its own exact keys lead it back to itself too.
+- A document without a verdict may be a redelivery whose verdict expired, or its
+  id reused for other content once its verdict had gone. If it has members (its
+  group, stamped with its latest member, lives `exact_days`) it was a canonical and
+  stays one: linked to another, its members' links would be chains. Its own exact
+  keys lead a redelivery back to itself too.
 - A vector neighbour older than `vectors_hours` is never searched for (the
   window starts at the horizon), even before the sweep removes it.
 
@@ -440,12 +441,10 @@ class Cascade:
         return held.verdict.canonical
 
     def _was_canonical(self, doc: Document) -> bool:
-        """Whether a document about to be linked is a canonical whose verdict expired: older than
-        `verdicts_days` (it may be a redelivery) and with members of its own. Linked now, their links
-        would be chains; it is registered again instead. (A document younger than that has no verdict
-        because it was never decided: no read.)"""
-        if not expired(doc.published_at, self._state.clock(), self._verdicts_s):
-            return False
+        """Whether a document about to be linked is a canonical whose verdict expired, with members of its own:
+        a redelivery of an old one, or its id reused by the crawler for other content once its verdict had
+        gone, however recent that content's date. Linked now, its members' links would be chains; it is
+        registered again instead. (The batch's own group sizes are read with its verdicts: no round trip.)"""
         return self._state.group_size(doc.doc_id) > 1
 
     def _near_verdict(self, canonical_id: str) -> Verdict:

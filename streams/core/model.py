@@ -6,6 +6,7 @@ yields the same decision given the same state.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -85,6 +86,10 @@ def content_key(content_hash: str) -> str:
 def version_id(doc_id: str, content_hash: str) -> str:
     """The id a later version of `doc_id` is decided under: its own verdict, keys and link."""
     return f"{doc_id}#v{content_key(content_hash)}"
+
+
+VERSION_SUFFIX = re.compile(rf"#v[0-9a-f]{{{CONTENT_KEY_CHARS}}}\Z")
+"""How `version_id` ends: an input id may not (a crawler's id of that form would take a version's verdict)."""
 
 
 DAY_S = 86_400

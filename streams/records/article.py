@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from streams.config import Settings
-from streams.core.model import Document, clamped
+from streams.core.model import VERSION_SUFFIX, Document, clamped
 from streams.features.extract import ExtractionError, extract_article
 from streams.features.language import RememberedLanguages, detect_language, normalize_language
 from streams.features.simhash import char_simhash, simhash_batch, word_simhash
@@ -30,6 +30,10 @@ from streams.records.schemas import RAW_ARTICLE, SchemaError, validator
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _ALNUM = re.compile(r"[^\W_]")
 """A letter or a digit (Bangla's included): a text without one is no article, and has no SimHash feature."""
+WRITTEN_GROWTH = 5
+"""How much larger a record can come out when written back (`deduped_record`) than it came in: orjson spells
+`1e15` (4 bytes) as `1000000000000000.0` (18). Only a record within this factor of `max_record_bytes` is
+written out to be measured; a larger one would be refused by the broker on its way to the indexers."""
 MAX_DEPTH = 200
 """Nesting a record may have: orjson reads 1,024 levels but writes 255, and every output carries the record
 (a level deeper in a stage record), so a deeper one would be decided and then fail to be written."""
@@ -154,6 +158,8 @@ class Featurizer:
             return Rejection(f"record must be a JSON object, got {type(article).__name__}", raw)
         if _nests(article) and (depth := _depth(article)) > MAX_DEPTH:
             return Rejection(f"record nests {depth:,} levels deep, above the limit of {MAX_DEPTH}", raw)
+        if len(raw) * WRITTEN_GROWTH > limit and (written := len(orjson.dumps(article))) > limit:
+            return Rejection(f"record is {written:,} bytes as written out (numbers spelled out), above {limit:,}", raw)
         return article
 
     def _admitted(self, article: dict[str, Any], raw: bytes) -> Rejection | None:
@@ -244,6 +250,8 @@ class Featurizer:
             return f"id is {len(doc_id):,} characters, above max_id_chars = {limit:,}"
         if bad := CONTROL.search(doc_id):
             return f"id contains control character U+{ord(bad.group()):04X} at position {bad.start()}"
+        if VERSION_SUFFIX.search(doc_id):
+            return "id ends in '#v' and 16 hex digits, the form of a later version's id (reserved for dedup)"
         return None
 
     def _document(self, article: dict[str, Any], ingest_time: int) -> Document:

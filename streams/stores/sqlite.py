@@ -329,7 +329,9 @@ class SqliteStateStore:
                 for doc_id, simhash, language, seq, stamp, value in rows:
                     self._stored_bands[index, value].append(self._canonical(doc_id, simhash, language, seq, stamp))
         self._load_verdicts(found.values())
-        self._load_groups([*found.values(), *(c.doc_id for band in wanted for c in self._stored_bands[band])])
+        # The chunk's own documents too: one about to be linked is asked whether it has members (`_was_canonical`).
+        bands = (c.doc_id for band in wanted for c in self._stored_bands[band])
+        self._load_groups([*found.values(), *bands, *reads.doc_ids])
 
     def _load_verdicts(self, doc_ids: Iterable[str]) -> None:
         rest = [d for d in dict.fromkeys(doc_ids) if d not in self._verdicts and d not in self._stored_verdicts]
