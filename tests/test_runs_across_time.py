@@ -261,3 +261,28 @@ def test_an_older_links_file_replayed_after_a_newer_one_is_restored_whole(tmp_pa
     keys = "SELECT key, canonical_id FROM exact_keys ORDER BY key"
     live = sorted(_rows(old_paths.state / "state.sqlite3", keys) + _rows(new_paths.state / "state.sqlite3", keys))
     assert _rows(rebuilt / "state.sqlite3", keys) == live
+
+
+# --- a late crawl: published long before the stream's clock
+
+
+def test_a_late_crawled_articles_verdict_is_replayed_with_the_stamp_the_live_state_gave_it(tmp_path: Path) -> None:
+    """An article published twelve days before the stream's clock (an archive page crawled late) had its
+    verdict stamped with that date: past `verdicts_days` (7), hidden (and swept) as soon as it was recorded.
+    It now lives `verdicts_days` from the clock it was recorded at; its link record says that clock, so a
+    replay stamps it as the live state did."""
+    settings = Settings(stages=CHEAP)
+    now = int(time.time()) - DAY_S
+    _, paths = _run(
+        tmp_path,
+        settings,
+        [
+            _article("today", "https://l.example.com/today", TEXT_B, now),
+            _article("original", "https://l.example.com/original", TEXT_A, now - 12 * DAY_S),
+        ],
+    )
+    rebuilt = tmp_path / "rebuilt"
+    replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
+    sql = "SELECT doc_id, verdict, stamp FROM verdicts ORDER BY doc_id"
+    assert _rows(rebuilt / "state.sqlite3", sql) == _rows(paths.state / "state.sqlite3", sql)
+    assert dict((d, s) for d, _, s in _rows(paths.state / "state.sqlite3", sql))["original"] >= now

@@ -286,8 +286,9 @@ class Cascade:
 
     def _recorded(self, doc: Document, link: Link, group_size: int | None) -> Decision:
         """Record the verdict with the content it was given to; if another worker recorded one for
-        this document first, that one stands."""
-        link = with_content(link, content_key(doc.content_hash), doc.published_at)
+        this document first, that one stands. The verdict ages from the stream's clock where the document
+        is older (a late crawl): kept for redelivery `verdicts_days` from when it was recorded."""
+        link = with_content(link, content_key(doc.content_hash), max(doc.published_at, self._state.clock()))
         stood = self._state.record_verdict(link)
         if stood is not link and stood != link:  # (the identity test first: it is the usual case, and cheap)
             return Decision(stood, repeated=True, version=_version(doc))

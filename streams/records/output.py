@@ -50,6 +50,8 @@ def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> 
     }
     if link.seq is not None:
         record["seq"] = link.seq
+    if link.published_at is not None and link.published_at > doc.published_at:
+        record["clock"] = format_timestamp(link.published_at)  # a late crawl's verdict ages from then
     if doc.version_of is not None:
         record["version_of"] = doc.version_of
     if link.reason is not None:
@@ -118,9 +120,11 @@ def _sequence(value: Any) -> int | None:
 def read_link_record(record: dict[str, Any]) -> Recorded:
     """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed (the
     types of link.schema.json, checked here: a replay writes what it reads into Redis keys and values). The
-    link carries the record's `published_at`, the stamp restoring it gives its verdict."""
+    link carries the stamp restoring it gives its verdict: the record's `published_at`, or the stream's `clock`
+    when the verdict was recorded where that is later (a late crawl)."""
     doc_id = _id(record, "doc_id")  # first: what a file of other records lacks is said by it
     published_at = parse_timestamp(_text(record, "published_at"))
+    kept_from = max(published_at, parse_timestamp(_text(record, "clock"))) if "clock" in record else published_at
     score, model = record["score"], record["model"]
     if score is not None and (not isinstance(score, int | float) or isinstance(score, bool)):
         raise ValueError(f"score must be a number or null, got {score!r}")
@@ -136,7 +140,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         seq=_sequence(record.get("seq")),
         content=content_key(_hex(record, "content_hash", 64)),
         reason=record.get("reason"),
-        published_at=published_at,
+        published_at=kept_from,
     )
     vector = record.get("vector")
     return Recorded(
