@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -10,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from streams.core.model import ModelId
+
+log = logging.getLogger(__name__)
 
 
 class LazyEmbedder(ABC):
@@ -47,5 +50,11 @@ class LazyEmbedder(ABC):
                 self._model = self._open()
         clipped = [text[: self.max_chars] for text in texts]
         vectors = np.asarray(self._encode(self._model, clipped), dtype=np.float32).reshape(len(clipped), dim)
+        broken = ~np.isfinite(vectors).all(axis=1)
+        if broken.any():
+            # A NaN or an infinity (an fp16 overflow) means nothing: kept, it would go out as nulls in the link
+            # record (schemas/link.schema.json wants numbers) and never be found. A zero row matches nothing.
+            log.warning("%s gave %d vector(s) that are not finite: taken as zero", self._model_id, int(broken.sum()))
+            vectors[broken] = 0.0
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, np.finfo(np.float32).tiny)

@@ -22,20 +22,20 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, ModelId, Stage, clamped, expired, keep_seconds, version_id
-from streams.core.ports import Embedder, VectorStore
+from streams.core.model import Document, Stage, clamped, expired, keep_seconds, version_id
+from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
 from streams.runner.collector import rare_collections
@@ -43,6 +43,9 @@ from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
 from streams.stores.journal import Journal, settle
 from streams.stores.sqlite import SqliteStateStore
+
+if TYPE_CHECKING:
+    from streams.vectors.edge import EdgeVectorStore
 
 CHUNK = 256
 """Documents parsed ahead of their decisions (the embedder's look-ahead window)."""
@@ -230,6 +233,8 @@ def run(
 
             embedder = embedder or make_embedder(settings.semantic)
             vectors = EdgeVectorStore(paths.state / "vectors")
+            if (problem := vectors.missing(state.vector_shards())) is not None:
+                raise ValueError(problem)
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         note_owner(paths)
         outputs = (
@@ -263,15 +268,13 @@ def run(
     return stats
 
 
-def sweep(
-    retention: RetentionSettings, state: SqliteStateStore, vectors: VectorStore | None, models: Iterable[ModelId]
-) -> int:
-    """Remove up to `SWEEP_LIMIT` expired state entries, and the expired vectors of `models`; how many."""
+def sweep(retention: RetentionSettings, state: SqliteStateStore, vectors: EdgeVectorStore | None) -> int:
+    """Remove up to `SWEEP_LIMIT` expired state entries, and the expired vectors of every model the state
+    folder holds (the one in use and any used before it); how many."""
     removed = state.expire(SWEEP_LIMIT)
     clock = state.clock()
     if vectors is not None and retention.vectors_s and clock:
-        for model in models:
-            removed += vectors.expire(model, clock - retention.vectors_s)
+        removed += vectors.expire_every_model(clock - retention.vectors_s)
     return removed
 
 
@@ -280,7 +283,7 @@ class _Run:
         self,
         settings: Settings,
         cascade: Cascade,
-        state: tuple[SqliteStateStore, Journal, VectorStore | None],
+        state: tuple[SqliteStateStore, Journal, EdgeVectorStore | None],
         embedder: Embedder | None,
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: _Interrupts,
@@ -345,10 +348,12 @@ class _Run:
                 docs.append(result)
                 their_lines.append(line)
         self.stats.seconds["features"] += time.perf_counter() - started
-        if docs:  # the stream's time: the chunk's newest document, never beyond tomorrow
-            self._state.advance(clamped(max(doc.published_at for doc in docs), time.time()))
         self._state.warm(self._cascade.reads(docs))  # the chunk's reads in a few statements
+        wall = time.time()
         for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
+            # The stream's time as a one-by-one stream has it when this document comes: moved to a later
+            # document of the chunk before, it hid canonicals (vectors, bands) this one should still find.
+            self._state.advance(clamped(doc.published_at, wall))
             known = self._journalled(doc)
             if isinstance(known, Decision):
                 with self._interrupts:
@@ -417,10 +422,11 @@ class _Run:
                 output.sync()
             self._journal.commit()
             self._state.note_journal(self._journal.position)
+            if self._vector_store is not None:
+                self._state.note_vector_shards(self._vector_store.shard_names())
             self._state.commit()
             started = time.perf_counter()
-            models = [self._cascade.model] if self._cascade.model is not None else []
-            self.stats.expired += sweep(self._settings.retention, self._state, self._vector_store, models)
+            self.stats.expired += sweep(self._settings.retention, self._state, self._vector_store)
             self.stats.seconds["expire"] += time.perf_counter() - started
 
     def _vector_for(self, docs: list[Document], index: int) -> np.ndarray | None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from streams.config import RetentionSettings, Settings
-from streams.core.model import ModelId, clamped, expired, keep_seconds
-from streams.core.replay import Recorded, ReplayStats, model_named, restore
+from streams.core.model import clamped, expired, keep_seconds
+from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
@@ -49,7 +49,6 @@ def replay_files(
         configured = Settings()
         retention = retention or configured.retention
         band_layout = band_layout or configured.simhash.band_layout
-    models: set[ModelId] = set()
     with locked(state_dir):
         state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention, band_layout=band_layout)
         journal = Journal(state_dir)
@@ -87,8 +86,6 @@ def replay_files(
                         continue
                     first = False
                     state.advance(clamped(recorded.published_at, time.time()))
-                    if recorded.link.model and recorded.vector is not None:
-                        models.add(model_named(recorded.link.model))
                     if restore(recorded, state, vectors, retention, taken_in):
                         stats.restored += 1
                         journal.put_link(record)
@@ -102,13 +99,15 @@ def replay_files(
                     if uncommitted >= COMMIT_LINKS or time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         journal.commit()
                         state.note_journal(journal.position)
+                        state.note_vector_shards(vectors.shard_names())
                         state.commit()
-                        sweep(retention, state, vectors, models)
+                        sweep(retention, state, vectors)
                         last_commit, uncommitted = time.perf_counter(), 0
             journal.commit()
             state.note_journal(journal.position)
+            state.note_vector_shards(vectors.shard_names())
             state.commit()
-            sweep(retention, state, vectors, models)
+            sweep(retention, state, vectors)
         finally:
             journal.close()
             state.close()

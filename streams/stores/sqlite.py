@@ -258,6 +258,8 @@ class SqliteStateStore:
 
     def advance(self, published_at: int) -> int:
         """Move the stream's clock forward (never back); written to the file at `commit`."""
+        if published_at <= self._clock and self._since:
+            return self._clock  # (every document asks: nothing to recompute until the clock moves)
         self._clock = max(self._clock, int(published_at))
         self._since = {table: self._clock - keep if keep else -math.inf for table, keep in self._keep.items()}
         self._ceiling = clamped(_NEVER, time.time())
@@ -286,6 +288,16 @@ class SqliteStateStore:
     def note_journal(self, position: int) -> None:
         """The journal's records are committed through `position`: noted with the state's next commit."""
         self._noted = position
+
+    def vector_shards(self) -> set[str]:
+        """The vector shards (one folder per model, `model_dir_name`) this state's canonicals have vectors in."""
+        rows = self._db.execute("SELECT name FROM made_with WHERE name LIKE 'vectors/%'").fetchall()
+        return {name.removeprefix("vectors/") for (name,) in rows}
+
+    def note_vector_shards(self, names: Iterable[str]) -> None:
+        """The state holds vectors in these shards now (kept with the next commit): a state folder whose
+        vectors are lost is refused, not decided on as if it had none (`vector_shards`)."""
+        self._db.executemany("INSERT OR IGNORE INTO made_with VALUES (?, '1')", [(f"vectors/{n}",) for n in names])
 
     def owe_journal(self, records: Iterable[dict[str, Any]]) -> None:
         """Link records the journal takes after the state's next commit, kept in that commit: a kill between

@@ -6,6 +6,7 @@ EdgeShard per model under `path`, so vectors of different models never meet.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Self
 
@@ -32,15 +33,19 @@ class EdgeVectorStore:
 
     def _shard(self, model: ModelId, create: bool) -> qe.EdgeShard | None:
         """The model's open shard; loaded from disk if there, created only when `create`."""
-        name = model_dir_name(model)
+        return self._opened(model_dir_name(model), model.dim if create else None)
+
+    def _opened(self, name: str, create_dim: int | None) -> qe.EdgeShard | None:
+        """The open shard of folder `name`; loaded from disk if there, else created with vectors of
+        `create_dim` (None: not created)."""
         shard = self._shards.get(name)
         if shard is not None:
             return shard
         folder = self.path / name
         if (folder / _CONFIG_FILE).is_file():
             shard = qe.EdgeShard.load(str(folder))
-        elif create:
-            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=model.dim, distance=qe.Distance.Cosine))
+        elif create_dim is not None:
+            config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=create_dim, distance=qe.Distance.Cosine))
             shard = qe.EdgeShard.create(str(folder), config)
         else:
             return None
@@ -79,14 +84,27 @@ class EdgeVectorStore:
     def expire(self, model: ModelId, before: int) -> int:
         """Delete the model's vectors published before `before` (a range on the indexed `published_at`);
         returns how many there were."""
-        shard = self._shard(model, create=False)
-        if shard is None:
-            return 0
-        old = qe.Filter(must=[qe.FieldCondition("published_at", range=qe.RangeFloat(lt=before))])
-        count = shard.count(qe.CountRequest(exact=True, filter=old))
-        if count:
-            shard.update(qe.UpdateOperation.delete_points_by_filter(old))
-        return count
+        return _expired(self._shard(model, create=False), before)
+
+    def shard_names(self) -> list[str]:
+        """The folders of the models' shards on disk (`model_dir_name`)."""
+        folders = sorted(self.path.iterdir()) if self.path.is_dir() else []
+        return [folder.name for folder in folders if (folder / _CONFIG_FILE).is_file()]
+
+    def missing(self, names: Iterable[str]) -> str | None:
+        """Why the shards `names` (those a state has vectors in) cannot be used: gone from the folder."""
+        lost = sorted(set(names) - set(self.shard_names()))
+        if not lost:
+            return None
+        return (
+            f"the vectors of {', '.join(lost)} are missing from {self.path}, where this state's canonicals have"
+            " theirs: rebuild the state folder with `dedup replay` from its links (they carry the vectors)"
+        )
+
+    def expire_every_model(self, before: int) -> int:
+        """`expire` for the shard of every model in the folder: the one in use and any used before it, whose
+        vectors would otherwise be kept for ever once a state moves to another model."""
+        return sum(_expired(self._opened(name, None), before) for name in self.shard_names())
 
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
@@ -140,3 +158,14 @@ class EdgeVectorStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _expired(shard: qe.EdgeShard | None, before: int) -> int:
+    """Delete a shard's vectors published before `before`; how many there were."""
+    if shard is None:
+        return 0
+    old = qe.Filter(must=[qe.FieldCondition("published_at", range=qe.RangeFloat(lt=before))])
+    count = shard.count(qe.CountRequest(exact=True, filter=old))
+    if count:
+        shard.update(qe.UpdateOperation.delete_points_by_filter(old))
+    return count
