@@ -733,6 +733,8 @@ class RedisStateStore:
         self._fresh = fresh
         self._lost = False
         """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
+        self._drawn_through = 0
+        """The last verdict seq this store drew: a later draw at or below it means the counter went back."""
         cluster = self._cluster = isinstance(client, RedisCluster)
         if cluster and "{" in prefix:
             raise ValueError(
@@ -950,7 +952,7 @@ class RedisStateStore:
                 removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
         removed += sum(self._run([partial(_unlink, key=key) for key in self._singletons]))
         removed += sum(self._run([partial(_unlink, key=self._layout)]))
-        self._layout_checked, self._lost = False, False
+        self._layout_checked, self._lost, self._drawn_through = False, False, 0
         self._model_codes.clear()
         self._model_names.clear()
         return removed
@@ -964,6 +966,17 @@ class RedisStateStore:
             "failed over to a replica that had not copied it, or Redis was emptied (restarted without its data, "
             "flushed). Nothing is written into it: rebuild it with `dedup replay --fresh` (which deletes what is "
             "left first), then restart this process"
+        )
+
+    def _went_back(self, top: int) -> None:
+        """The verdict counter went back (Redis restarted on a snapshot older than its last writes, a backup
+        restored): the verdicts written since are gone and their seqs would be given again. Sticky."""
+        self._lost = True
+        raise StateLost(
+            f"the Redis state under prefix {self._prefix!r} went back: its verdict counter is at {top}, below the"
+            f" {self._drawn_through} this process drew (Redis restarted on an older snapshot, or a backup was"
+            " restored). Nothing is written into it: rebuild it with `dedup replay --fresh`, then restart this"
+            " process; run Redis with appendfsync always to keep every write across a restart"
         )
 
     def _check_state(self, layout: str | None, replaying: str | None) -> None:
@@ -1005,12 +1018,12 @@ class RedisStateStore:
 
     def clock(self) -> int:
         self._ensure_layout()
-        return int(self._redis.get(self._clock) or 0)
+        return _bounded(self._redis.get(self._clock))
 
     def advance(self, published_at: int) -> int:
         """Move the clock forward to `published_at` (clamped to the wall clock plus a day); returns the clock."""
         self._ensure_layout()
-        return int(self._advance(keys=[self._clock], args=[clamped(published_at, time.time())]))
+        return _bounded(self._advance(keys=[self._clock], args=[clamped(published_at, time.time())]))
 
     def stale(self, keep_s: int, published_at: int, clock: int) -> bool:
         """Whether an entry stamped now with `published_at` is hidden at `clock` under retention `keep_s`."""
@@ -1086,7 +1099,7 @@ class RedisStateStore:
         self._ensure_layout()
         calls, gather = self._field_calls(places)
         clock, *found = self._run([partial(_get, key=self._clock), *calls])
-        return int(clock or 0), gather(found)
+        return _bounded(clock), gather(found)
 
     def _stamp(self, published_at: int | None, clock: int) -> str:
         """The stamp of an entry: the day of its `published_at`, or of the clock."""
@@ -1248,7 +1261,7 @@ class RedisStateStore:
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
         self._check_state(layout, replaying)
-        stored = self._verdicts(docs, gather(found), int(clock or 0))
+        stored = self._verdicts(docs, gather(found), _bounded(clock))
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
@@ -1258,7 +1271,7 @@ class RedisStateStore:
         settled = [*standing, *_settled(groups, decided)]
         unpending = [d for d in pending if d in skipped or (d not in closing and stored[d] is not None)]
         if settled or unpending:
-            self._settle(settled, fence.epoch, int(clock or 0), unpending)
+            self._settle(settled, fence.epoch, _bounded(clock), unpending)
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
@@ -1271,7 +1284,7 @@ class RedisStateStore:
             if now is not None and not now.verdict.canonical:
                 raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
         stamps = [p for _, group in groups for p in map(_published_at, group) if p is not None]
-        applied.clock = max(int(clock or 0), clamped(max(stamps), time.time()) if stamps else 0)  # clamped: monotonic
+        applied.clock = max(_bounded(clock), clamped(max(stamps), time.time()) if stamps else 0)  # clamped: monotonic
         kept = [(doc_id, group) for doc_id, group in groups if doc_id not in skipped]
         ordered = [write for _, group in kept for write in group]
         closers: list[int | None] = []
@@ -1380,10 +1393,14 @@ class RedisStateStore:
         older = self._older_stamps(writes, verdicts, exact_keys, grows, registering, marks)
         found = self._run([*older, *pended, *calls, *tail])[len(older) + len(pended) :]
         if clock is None:
-            clock = int(found.pop() or 0)
-        verdict_seqs = (
-            dict(zip(drawn, range(int(found.pop()) - len(drawn) + 1, 1 << 62), strict=False)) if drawn else {}
-        )
+            clock = _bounded(found.pop())
+        verdict_seqs = {}
+        if drawn:
+            top = int(found.pop())
+            if top - len(drawn) < self._drawn_through:
+                self._went_back(top)
+            self._drawn_through = top
+            verdict_seqs = dict(zip(drawn, range(top - len(drawn) + 1, 1 << 62), strict=False))
         old = {i: int(value) for i, value in zip(registering, gather(found), strict=True) if value is not None}
         # 2: their s: entries, and seqs for the canonicals registered nowhere
         fresh = [i for i in registering if isinstance(writes[i], CanonicalWrite) and i not in old]
@@ -1526,7 +1543,7 @@ class RedisStateStore:
         for doc_id in unmarks:
             bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         self._sink(bulk.calls(epoch, clock))
-        return results, max(moved)
+        return results, _bounded(max(moved))
 
     def _verdict_args(self, link: Link, seq: int, stamp: str) -> tuple[Any, ...]:
         """A verdict item's arguments: doc_id, stamp, the encoded verdict, its seq."""
@@ -1621,7 +1638,7 @@ class RedisStateStore:
         )
         if fence is not None and held != fence.token:
             return -1, 0, 0
-        clock = int(clock or 0)
+        clock = _bounded(clock)
         end = len(_FAMILIES) * 16**self._bucket_hex + int(seq or 0) // 256 + 1
         if at is not None and int(at) < end:
             return int(at), end, clock
@@ -1877,6 +1894,13 @@ link's prefix where it has one: `_pending_link`) and the `Keep` field they are k
 (`keep.bands`)."""
 _SWEPT = (*(kind for kind, _, _ in _FAMILIES), "s")
 """Every family a pass reads, in its order: the fields of `{prefix}oldest`."""
+
+
+def _bounded(clock: Any) -> int:
+    """The clock as read from Redis, at most a day past this host's wall clock, as every writer clamps it: one
+    that a worker with a skewed wall clock moved years ahead would hide every live entry at once, and let the
+    sweep remove them."""
+    return min(int(clock or 0), int(time.time()) + DAY_S)
 
 
 def _day(published_at: int, wall: float) -> int:

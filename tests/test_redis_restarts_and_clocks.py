@@ -1,0 +1,115 @@
+"""The Redis state store after a restart on an older snapshot and under a clock a skewed worker moved years
+ahead: a real redis-server of the test's own on a free port. Each test is a guarantee that once broke (a lost
+state detected, one verdict per document, nothing lost to the sweep).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from streams.core.model import DAY_S, Link
+from streams.evaluation.services import LocalRedis
+from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_store import RedisStateStore, StateLost
+from streams.stores.writes import ClaimWrite, VerdictWrite, Write
+
+NOW = int(time.time())
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[LocalRedis]:
+    """A redis-server of this test alone (nothing saved unless the test says SAVE), restartable on its data."""
+    local = LocalRedis(tmp_path / "redis")
+    local.start()
+    yield local
+    local.stop()
+
+
+def _client(server: LocalRedis) -> redis.Redis:
+    return redis.Redis.from_url(server.url, decode_responses=True)
+
+
+def _reconnected(client: redis.Redis) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return
+        except (redis.ConnectionError, redis.BusyLoadingError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _batch(doc_id: str) -> list[Write]:
+    return [ClaimWrite((f"u:{doc_id}",), doc_id, NOW), VerdictWrite(replace(Link.unique(doc_id), published_at=NOW))]
+
+
+def _lock(store: RedisStateStore, client: Any) -> RedisLock:
+    return RedisLock(client, f"{store._prefix}lock:register", ttl_s=30, renew=False, fence=store.fence)
+
+
+def _apply(store: RedisStateStore, client: Any, writes: list[Write]) -> dict[str, int]:
+    with _lock(store, client).held() as lease:
+        return store.apply(writes, lease).seqs
+
+
+def test_a_restart_from_a_snapshot_older_than_the_last_writes_is_a_lost_state(server: LocalRedis) -> None:
+    """Redis restarted on an RDB taken before the last batches (default persistence, an AOF fsync'd every
+    second, a backup restored): the verdicts written since are gone, the counters went back. The store that
+    wrote them went on, giving b's seq to c; it now refuses (StateLost) instead of mixing the old state with
+    new verdicts."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    _apply(store, client, _batch("a"))
+    client.save()  # the snapshot: holds a
+    seq_b = _apply(store, client, _batch("b"))["b"]
+    assert store.verdict_of("b") is not None
+    server.stop()  # no save points: nothing written on the way out
+    server.start()  # loads the older dump.rdb
+    _reconnected(client)
+    assert store.verdict_of("a") is not None and store.verdict_of("b") is None  # b's verdict is lost
+    try:
+        seq_c = _apply(store, client, _batch("c"))
+    except StateLost:
+        return
+    pytest.fail(
+        f"a state restored from an older snapshot was written into silently: b's verdict (seq {seq_b}) is gone "
+        f"and c got seq {seq_c['c']}"
+    )
+
+
+def test_a_clock_far_ahead_of_the_wall_hides_and_sweeps_no_live_verdict(server: LocalRedis) -> None:
+    """A worker whose wall clock is years ahead (a bad NTP, a VM resumed wrong) leaves `{prefix}clock` there:
+    it clamps to its own wall. The other workers took it: at that clock every verdict was past its retention,
+    hidden (a redelivery got a second verdict) and swept (lost for good). A clock read is now bounded by the
+    reader's wall clock plus a day, as every write is."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    _apply(store, client, _batch("a"))
+    client.set(f"{prefix}clock", NOW + 20 * 365 * DAY_S)  # what that worker's `advance` left
+    removed = store.expire()
+    bucket = store._bucket("v", "a")
+    assert client.hget(bucket, "a") is not None, f"the sweep removed {removed} live entries, a's verdict with them"
+    assert store.verdict_of("a") is not None
+
+
+def test_a_redelivery_under_a_clock_far_ahead_gets_its_first_verdict(server: LocalRedis) -> None:
+    """The same clock, without a sweep: a redelivered document was recorded a second time, with a new seq."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    first = _apply(store, client, _batch("a"))["a"]
+    client.set(f"{prefix}clock", NOW + 20 * 365 * DAY_S)
+    again = _apply(store, client, _batch("a"))
+    assert again == {}, f"a was given a second verdict (seq {again.get('a')}, first {first})"
