@@ -92,7 +92,7 @@ def publish_command(
     with progress_bar(quiet) as progress:
         task = progress.add_task("publishing", total=input_size(inputs))
         stats = publish_files(settings, inputs, on_bytes=lambda n: progress.advance(task, n))
-    lines = stats.sent + len(stats.rejected)
+    lines = stats.lines
     if not quiet:
         err.print(
             f"published {stats.acknowledged} of {lines} lines to {settings.topics.raw}"

@@ -10,6 +10,7 @@ document land in one partition, in order.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,9 +22,15 @@ from streams.kafka.topics import CommandClient
 from streams.records.stage import rejected_record
 from streams.runner.jsonl import InputLine, read_lines
 
+SEND_TIMEOUT_S = 30
+"""How long a record may wait for the broker (librdkafka's `message.timeout.ms`) before it counts as failed: a
+broker gone mid-publish ends the command within about this, never hangs it."""
+
 
 @dataclass
 class PublishStats:
+    lines: int = 0
+    """Non-blank lines read."""
     sent: int = 0
     acknowledged: int = 0
     rejected: list[str] = field(default_factory=list)
@@ -47,11 +54,16 @@ def publish_files(
     """Produce every non-blank line of `sources` to the raw topic; wait until the broker acknowledged all."""
     client = CommandClient(settings)
     limit = settings.worker.max_message_bytes
-    producer = Producer(
-        client.config(**{"enable.idempotence": True, "acks": "all", "linger.ms": 20, "message.max.bytes": limit})
-    )
-    client.reach(producer)
+    common = {"enable.idempotence": True, "acks": "all", "message.max.bytes": limit}
+    common["message.timeout.ms"] = SEND_TIMEOUT_S * 1000
+    producer = Producer(client.config(**common, **{"linger.ms": 20}))
+    metadata = client.reach(producer)
+    for topic in (settings.topics.raw, settings.topics.rejected):
+        if topic not in metadata.topics:  # the broker would create it with its own defaults (one partition)
+            raise RuntimeError(f"topic {topic} does not exist on the broker: run `dedup topics create` first")
     stats = PublishStats()
+    alone: list[tuple[InputLine, bytes | None]] = []
+    """Lines the broker refused with a batch that held a record too large for it: sent again one by one."""
 
     def reject(line: InputLine, key: bytes | None, reason: str) -> None:
         stats.rejected.append(f"{line.source}:{line.line_no}: {reason}")
@@ -66,14 +78,15 @@ def publish_files(
         def delivered(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 stats.acknowledged += 1
-            elif error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is below ours
-                reject(line, key, f"record is {line.size:,} bytes, more than the broker accepts")
+            elif error.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # the broker's limit is below ours, or a batch's
+                alone.append((line, key))
             else:
                 stats.failed.append(f"{line.source}:{line.line_no}: {error.str()}")
 
         return delivered
 
     for line in read_lines(sources, settings.max_record_bytes):
+        stats.lines += 1
         if on_bytes is not None:
             on_bytes(line.consumed)
         if line.size > settings.max_record_bytes:
@@ -89,10 +102,43 @@ def publish_files(
             continue
         stats.sent += 1
         producer.poll(0)
-    remaining = producer.flush(60)
+        if stats.failed:  # the broker is gone or refuses: stop here, said in one line, not after every line
+            break
+    remaining = producer.flush(0 if stats.failed else SEND_TIMEOUT_S)  # failed already: said, not waited for
     if remaining:
-        stats.failed.append(f"{remaining} records still unacknowledged after 60 s")
+        stats.failed.append(f"{remaining} records still unacknowledged after {SEND_TIMEOUT_S} s")
+    if alone:
+        _send_alone(client, common, settings.topics.raw, alone, stats, reject)
+        producer.flush(SEND_TIMEOUT_S)  # the rejections of those refused alone too
     return stats
+
+
+def _send_alone(
+    client: CommandClient,
+    config: dict[str, object],
+    topic: str,
+    lines: list[tuple[InputLine, bytes | None]],
+    stats: PublishStats,
+    reject: Callable[[InputLine, bytes | None, str], None],
+) -> None:
+    """Send each line again in a request of its own: a broker refuses a whole batch for one record above its
+    limit, and the valid lines batched with it must still reach the topic; only one refused alone is rejected."""
+    producer = Producer(client.config(**config, **{"linger.ms": 0, "batch.num.messages": 1}))
+    for line, key in lines:
+        refused: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, message: Message, refused: list[KafkaError] = refused) -> None:
+            if error is not None:
+                refused.append(error)
+
+        _produce(producer, topic, line.raw, key, delivered)
+        producer.flush(SEND_TIMEOUT_S)
+        if not refused:
+            stats.acknowledged += 1
+        elif refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            reject(line, key, f"record is {line.size:,} bytes, more than the broker accepts")
+        else:
+            stats.failed.append(f"{line.source}:{line.line_no}: {refused[0].str()}")
 
 
 def _produce(
@@ -102,9 +148,14 @@ def _produce(
     key: bytes | None,
     on_delivery: Callable[[KafkaError | None, Message], None],
 ) -> None:
+    deadline = time.monotonic() + SEND_TIMEOUT_S
     while True:
         try:
             producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             return
         except BufferError:  # the local queue is full: let deliveries drain it
             producer.poll(0.5)
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the broker took nothing for {SEND_TIMEOUT_S} s (gone, or stalled): stopped publishing"
+                ) from None

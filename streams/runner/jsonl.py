@@ -65,8 +65,6 @@ def read_lines(sources: list[str], limit: int | None = None) -> Iterator[InputLi
     for source in sources:
         blank = 0
         for line_no, raw, size, consumed in _lines_of(source, limit):
-            if line_no == 1 and raw.startswith(BOM):
-                raw, size = raw[len(BOM) :], size - len(BOM)
             if raw.strip():
                 yield InputLine(source, line_no, raw, size, blank + consumed)
                 blank = 0
@@ -89,6 +87,8 @@ def _lines_of(source: str, limit: int | None) -> Iterator[_Line]:
         stream: IO[bytes] = gzip.GzipFile(fileobj=handle) if packed else handle
         line_no = 0
         try:
+            if stream.peek(len(BOM))[: len(BOM)] == BOM:  # type: ignore[attr-defined]
+                stream.read(len(BOM))  # before the first line is measured: it counts nothing against the limit
             for line in _split(stream, limit, handle if handle.seekable() else None):
                 line_no = line[0]
                 yield line
@@ -101,17 +101,18 @@ def _split(stream: IO[bytes], limit: int | None, position_of: IO[bytes] | None) 
     position = 0
     line_no = 0
     while True:
-        head = stream.readline(-1 if limit is None else limit + 1)
+        head = stream.readline(-1 if limit is None else limit + 2)  # a line of `limit` bytes and its CRLF
         if not head:
             return
         line_no += 1
         size, tail = len(head), head
-        if limit is not None and len(head) > limit and not head.endswith(b"\n"):
-            head = head[:KEPT_OF_OVERSIZED]
+        if limit is not None and len(head) > limit + 1 and not head.endswith(b"\n"):
             while tail and not tail.endswith(b"\n"):
                 tail = stream.readline(READ_ON)
                 size += len(tail)
         ending = len(tail) - len(tail.rstrip(b"\r\n"))
+        if limit is not None and size - ending > limit:
+            head = head[:KEPT_OF_OVERSIZED]
         now = position_of.tell() if position_of is not None else position + size
         yield line_no, head.rstrip(b"\r\n"), size - ending, now - position
         position = now
