@@ -221,6 +221,10 @@ def _agent_loop(handler: StageAgent, app: faust.App, health: Health, settings: S
 
     async def send(outputs: list[Outgoing]) -> None:
         await _send_all(outputs, app, settings)
+        # Counted once the broker has them: a batch retried after a failure decides its rejections again.
+        rejected = sum(1 for out in outputs if out.topic == settings.topics.rejected)
+        if rejected:
+            metrics.REJECTED.labels(name).inc(rejected)
 
     async def process(stream: faust.StreamT) -> None:
         events = stream.noack()  # acknowledged by the pipeline, once a batch's outputs are

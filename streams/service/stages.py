@@ -379,8 +379,8 @@ class StageAgent:
         return value
 
     def _rejection(self, rejection: Rejection, record: Incoming | None, key: bytes | None = None) -> Outgoing:
-        """An `articles.rejected` record; `record` None for a document rejected after it was parsed."""
-        metrics.REJECTED.labels(self.name).inc()
+        """An `articles.rejected` record; `record` None for a document rejected after it was parsed. Counted
+        (`dedup_rejected_total`) once the broker has it, not here: a retried batch decides it again."""
         origin: dict[str, Any] = {"agent": self.name}
         if record is not None:
             origin.update(topic=record.topic, partition=record.partition, offset=record.offset)
