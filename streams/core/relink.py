@@ -77,9 +77,9 @@ Records = Iterable[dict[str, Any]]
 Holders = Callable[[Sequence[str]], dict[str, str]]
 """Exact keys to the documents they point to (absent keys left out): `StateStore.exact_lookup`."""
 Lookup = Callable[[str], dict[str, Any] | None]
+"""A document id to its candidate record (or published article), or None."""
 Current = Callable[[str], Link | None]
 """The state's verdict of a document (`StateStore.verdict_of`): None where it has expired."""
-"""A document id to its candidate record (or published article), or None."""
 
 
 class Stale(RuntimeError):

@@ -58,6 +58,12 @@ class Recorded:
     facts: dict[str, list[str]] | None = None
     """What an embedded canonical's text states: its vector's payload, for the fact check."""
 
+    @property
+    def verdict_stamp(self) -> int:
+        """What the verdict ages by: the link's stamp (the clock when it was recorded, where later than the
+        document's date), else the document's `published_at`."""
+        return self.link.published_at if self.link.published_at is not None else self.published_at
+
 
 @dataclass
 class ReplayStats:

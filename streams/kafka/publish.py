@@ -54,8 +54,12 @@ def publish_files(
     """Produce every non-blank line of `sources` to the raw topic; wait until the broker acknowledged all."""
     client = CommandClient(settings)
     limit = settings.worker.max_message_bytes
-    common = {"enable.idempotence": True, "acks": "all", "message.max.bytes": limit}
-    common["message.timeout.ms"] = SEND_TIMEOUT_S * 1000
+    common = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "message.max.bytes": limit,
+        "message.timeout.ms": SEND_TIMEOUT_S * 1000,
+    }
     producer = Producer(client.config(**common, **{"linger.ms": 20}))
     metadata = client.reach(producer)
     for topic in (settings.topics.raw, settings.topics.rejected):

@@ -443,7 +443,7 @@ class Restorer:
         (`core.replay.restore`): its verdict is past its retention at the clock the replay found, since the
         topic holds every link the state saw and the sweep took its verdict. An empty state's clock is 0."""
         return bool(self.found_clock) and self.state.stale(
-            self.state.keep.verdicts, recorded.link.published_at or recorded.published_at, self.found_clock
+            self.state.keep.verdicts, recorded.verdict_stamp, self.found_clock
         )
 
     def _restore(self, batch: list[Recorded]) -> list[bool]:

@@ -50,6 +50,7 @@ from streams.records.output import now_rfc3339
 from streams.runner.embedded import (
     RunPaths,
     _claim_outputs,
+    _owner,
     article_features,
     link_identity,
     locked,
@@ -170,8 +171,8 @@ def _own_outputs(state_dir: Path) -> list[Path]:
     names it): where the documents it published are."""
     owner = RunPaths(out=state_dir.parent, state=state_dir)
     try:
-        named = orjson.loads(owner.owner.read_bytes()).get("state") if owner.owner.is_file() else None
-    except (orjson.JSONDecodeError, AttributeError):
+        named = _owner(owner)
+    except ValueError:  # a run.json that names no state: no run's outputs to look in
         return []
     return [owner.deduped] if named == str(state_dir.resolve()) else []
 

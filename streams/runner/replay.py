@@ -60,8 +60,7 @@ def replay_files(
             """Whether this state took in the link of a document it has no verdict of (`restore`): its verdict
             has expired by the state's clock and the journal holds a record of it that the state covers.
             Files come in any order, so the clock alone cannot say: an older file's links are new to it."""
-            verdict_stamp = recorded.link.published_at or recorded.published_at
-            return expired(verdict_stamp, state.clock(), verdicts_s) and (
+            return expired(recorded.verdict_stamp, state.clock(), verdicts_s) and (
                 journal.link(recorded.link.doc_id, state.journal_mark) is not None
             )
 

@@ -1261,7 +1261,8 @@ class RedisStateStore:
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
         self._check_state(layout, replaying)
-        stored = self._verdicts(docs, gather(found), _bounded(clock))
+        clock = _bounded(clock)
+        stored = self._verdicts(docs, gather(found), clock)
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
@@ -1271,7 +1272,7 @@ class RedisStateStore:
         settled = [*standing, *_settled(groups, decided)]
         unpending = [d for d in pending if d in skipped or (d not in closing and stored[d] is not None)]
         if settled or unpending:
-            self._settle(settled, fence.epoch, _bounded(clock), unpending)
+            self._settle(settled, fence.epoch, clock, unpending)
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
@@ -1284,7 +1285,7 @@ class RedisStateStore:
             if now is not None and not now.verdict.canonical:
                 raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
         stamps = [p for _, group in groups for p in map(_published_at, group) if p is not None]
-        applied.clock = max(_bounded(clock), clamped(max(stamps), time.time()) if stamps else 0)  # clamped: monotonic
+        applied.clock = max(clock, clamped(max(stamps), time.time()) if stamps else 0)  # clamped: monotonic
         kept = [(doc_id, group) for doc_id, group in groups if doc_id not in skipped]
         ordered = [write for _, group in kept for write in group]
         closers: list[int | None] = []
