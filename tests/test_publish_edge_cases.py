@@ -39,6 +39,12 @@ def _env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def _publish(settings: Settings, source: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`dedup publish SOURCE` in a process of its own, on `settings`' broker and topics."""
+    command = [sys.executable, "-m", "streams", "publish", str(source)]
+    return subprocess.run(command, capture_output=True, text=True, env=_env(settings), timeout=timeout, check=False)
+
+
 def _read(bootstrap: str, topic: str, expected: int, timeout: float = 20) -> list[tuple[bytes | None, bytes]]:
     """(key, value) of the records of `topic`, once `expected` arrived or the time is up."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
@@ -139,10 +145,7 @@ def test_publish_command_counts_a_line_the_broker_refuses_once(kafka_bootstrap: 
     create_topics(settings)
     source = tmp_path / "one.jsonl"
     source.write_bytes(_article(30_000, "big") + b"\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "streams", "publish", str(source)],
-        capture_output=True, text=True, env=_env(settings), timeout=60, check=False,
-    )  # fmt: skip
+    result = _publish(settings, source, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "published 0 of 1 lines" in result.stderr, result.stderr
 
@@ -156,10 +159,7 @@ def test_publish_to_a_topic_that_does_not_exist_says_so_and_creates_nothing(
     settings = _settings(kafka_bootstrap)
     source = tmp_path / "one.jsonl"
     source.write_bytes(_article(200, "doc") + b"\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "streams", "publish", str(source)],
-        capture_output=True, text=True, env=_env(settings), timeout=90, check=False,
-    )  # fmt: skip
+    result = _publish(settings, source, timeout=90)
     topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     created = {name: len(t.partitions) for name, t in topics.items() if name.startswith(settings.topics.raw[:10])}
     assert created == {}, f"publish created {created}; stderr: {result.stderr}"
