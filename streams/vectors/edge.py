@@ -98,7 +98,8 @@ class EdgeVectorStore:
             return None
         return (
             f"the vectors of {', '.join(lost)} are missing from {self.path}, where this state's canonicals have"
-            " theirs: rebuild the state folder with `dedup replay` from its links (they carry the vectors)"
+            " theirs: rebuild it with `dedup replay` from its links (they carry the vectors) into a new state folder"
+            " (`--state NEW`; in this one, the canonicals found there are skipped and their vectors stay missing)"
         )
 
     def expire_every_model(self, before: int) -> int:
