@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from streams.evaluation.corpus import synthetic_articles
+from streams.evaluation.services import LocalRedis
 from streams.evaluation.stack import Stack, Worker, assert_invariants
 
 
@@ -120,3 +121,49 @@ def test_a_worker_refuses_a_state_a_cluster_failover_left_in_part_until_replay_f
         stack.stop()
     assert_invariants(latest)
     assert all(latest[doc_id] == link for doc_id, link in before.items())
+
+
+def test_a_worker_started_on_a_redis_back_on_an_older_snapshot_waits_for_the_replay(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Redis restarted on an RDB taken before its last writes (default persistence, a backup restored) while no
+    worker ran: the layout marker and every fence are there, so a new worker process found nothing wrong and
+    decided on a state that lacks the verdicts and canonicals written since. A re-crawl of one of those became
+    a canonical of its own: a duplicate in the indexers' feed. The links topic holds their seqs, past the
+    state's verdict counter: the worker now refuses until `dedup replay --fresh` rebuilds it, then goes on."""
+    server = LocalRedis(tmp_path / "redis")
+    server.start()
+    (tmp_path / "stack").mkdir()
+    stack = Stack(kafka_bootstrap, server.url, tmp_path / "stack")
+    try:
+        articles = list(synthetic_articles(240, seed=8))
+        first, later = articles[:120], articles[120:200]
+        copies = [{**a, "id": f"{a['id']}-again", "url": f"{a['url']}/again"} for a in later[:40]]
+        stack.create_topics()
+        worker = stack.start_worker()
+        stack.produce(orjson.dumps(a) for a in first)
+        stack.final_links({a["id"] for a in first})
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        client.save()  # the snapshot: `first` only
+        stack.produce(orjson.dumps(a) for a in later)
+        before, _ = stack.final_links({a["id"] for a in first + later})
+        worker.stop()
+        client.close()
+        server.stop()  # no save points: what `later` wrote is lost
+        server.start()
+
+        worker = stack.start_worker(instance=worker.instance, wait=False)
+        stack.produce(orjson.dumps(a) for a in copies)
+        _wait_refusing(worker)
+        assert "went back" in str(worker._readyz()[1])
+        replayed = subprocess.run([sys.executable, "-m", "streams", "replay", "--fresh", "--quiet"],
+                                  env={**os.environ, **stack.env()}, capture_output=True, timeout=300)  # fmt: skip
+        assert replayed.returncode == 0, replayed.stderr
+        latest, _ = stack.final_links({a["id"] for a in first + later + copies})  # the same worker goes on
+    finally:
+        stack.stop()
+        server.stop()
+    assert_invariants(latest)
+    assert all(latest[doc_id] == link for doc_id, link in before.items())
+    for copy, original in zip(copies, later, strict=False):
+        assert latest[copy["id"]]["canonical_id"] == latest[original["id"]]["canonical_id"], copy["id"]

@@ -33,6 +33,9 @@ from streams.kafka.topics import CommandClient
 
 POLL_S = 1.0
 TIMEOUT_S = 30.0
+TAIL = 64
+"""Records read back from the end of each partition for `newest_seq`: a worker may send an older decision
+after a newer one, so the last record alone need not hold its partition's newest seq."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +103,28 @@ def recorded(settings: Settings, topic: str) -> int:
         consumer.close()
 
 
-def read_to_end(settings: Settings, topic: str, on_total: Callable[[int], None] | None = None) -> Iterator[Message]:
-    """Every record of `topic` from its beginning up to the end offsets seen when reading starts (records
-    produced meanwhile are left for the next reader), under a throwaway group that commits nothing.
+def newest_seq(settings: Settings, topic: str, tail: int = TAIL) -> int:
+    """The highest `seq` among the last `tail` records of each partition of `topic` (0: none, or no such
+    topic): a lower bound of every seq it holds, which a state that holds them all has drawn. Unreadable
+    records are passed over. RuntimeError in one line when the broker cannot be reached."""
+    if not recorded(settings, topic):
+        return 0
+    newest = 0
+    for message in read_to_end(settings, topic, tail=tail):
+        try:
+            seq = _seq(orjson.loads(message.value() or b"null").get("seq"))
+        except (orjson.JSONDecodeError, AttributeError, ValueError):
+            continue
+        newest = max(newest, seq or 0)
+    return newest
+
+
+def read_to_end(
+    settings: Settings, topic: str, on_total: Callable[[int], None] | None = None, tail: int | None = None
+) -> Iterator[Message]:
+    """Every record of `topic` from its beginning (or, with `tail`, the last `tail` offsets of each partition)
+    up to the end offsets seen when reading starts (records produced meanwhile are left for the next reader),
+    under a throwaway group that commits nothing.
 
     `on_total` hears how many records that is, before the first. RuntimeError in one line when the
     broker cannot be reached or the topic does not exist.
@@ -120,10 +142,13 @@ def read_to_end(settings: Settings, topic: str, on_total: Callable[[int], None] 
     )
     try:
         ends = end_offsets(consumer, topic)
+        starts = {tp.partition: OFFSET_BEGINNING for tp in ends}
+        if tail is not None:
+            starts = {tp.partition: max(0, tp.offset - tail) for tp in ends}
         remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
         if on_total is not None:
             on_total(sum(remaining.values()))
-        consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in ends])
+        consumer.assign([TopicPartition(tp.topic, tp.partition, starts[tp.partition]) for tp in ends])
         while remaining:
             message = consumer.poll(POLL_S)
             if message is None:

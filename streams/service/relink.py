@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -73,7 +74,7 @@ def relink_service(
     dry_run: bool = False,
 ) -> RelinkResult:
     """Apply `decisions` (labels) or a `cutoff` to the streaming service's state and topics."""
-    from streams.service.resources import redis_client, vector_store
+    from streams.service.resources import recorded_seq, redis_client, vector_store
 
     if (decisions is None) == (cutoff is None):
         raise ValueError("give decisions (labels) or a cut-off, one of them")
@@ -85,6 +86,7 @@ def relink_service(
         settings.redis_bucket_bits,
         settings.retention,
         band_layout=settings.simhash.band_layout,
+        recorded_seq=partial(recorded_seq, settings),
     )
     vectors: VectorStore | None = None
     try:

@@ -14,7 +14,7 @@ from streams.core.cascade import Cascade
 from streams.core.model import Canonical, Stage
 from streams.core.ports import Embedder, StateStore, VectorStore
 from streams.features.simhash import char_simhash, word_simhash
-from streams.kafka.journal import recorded
+from streams.kafka.journal import newest_seq, recorded
 from streams.records.article import Featurizer
 from streams.service import metrics
 from streams.service.stages import Agent, StageAgent, pipeline
@@ -82,6 +82,14 @@ def expect_new_state(settings: Settings) -> None:
         )
 
 
+def recorded_seq(settings: Settings) -> int:
+    """The newest verdict seq on `dedup.links` (0: none, or no broker configured), which the state must have
+    drawn (`RedisStateStore(recorded_seq=...)`)."""
+    if not settings.kafka_bootstrap:
+        return 0
+    return newest_seq(settings, settings.topics.links)
+
+
 class Resources:
     """One Redis client, vector store and embedder per worker process, shared by its agents."""
 
@@ -95,6 +103,7 @@ class Resources:
             settings.retention,
             fresh=partial(expect_new_state, settings),
             band_layout=settings.simhash.band_layout,
+            recorded_seq=partial(recorded_seq, settings),
         )
         self._embedder = embedder
         self._vectors: VectorStore | None = None

@@ -669,10 +669,13 @@ class RedisStateStore:
         restoring: bool = False,
         fresh: Callable[[], None] | None = None,
         band_layout: BandLayout = DEFAULT,
+        recorded_seq: Callable[[], int] | None = None,
     ) -> None:
         """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there.
         `fresh` is called before an empty state is marked as new, and raises (`StateLost`) where a new
-        state is not expected: the workers' asks whether `dedup.links` holds verdicts already."""
+        state is not expected: the workers' asks whether `dedup.links` holds verdicts already.
+        `recorded_seq` gives the newest verdict seq on record outside Redis (`dedup.links`): a state whose
+        verdict counter is behind it went back (`_check_counter`)."""
         if bucket_bits % 4 or not 4 <= bucket_bits <= 24:
             raise ValueError(f"bucket_bits is {bucket_bits}: a multiple of 4 from 4 to 24 (whole hex digits)")
         self._redis = client
@@ -731,6 +734,7 @@ class RedisStateStore:
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
         self._restoring = restoring
         self._fresh = fresh
+        self._recorded_seq = recorded_seq
         self._lost = False
         """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
         self._drawn_through = 0
@@ -927,6 +931,8 @@ class RedisStateStore:
             self._lose(missing[0])  # marked, and part of it gone: a master failed over to an empty replica
         if missing:  # a new state, or one no lease ever wrote (every lease publishes to every group)
             self._run([partial(_set_absent, key=key, value=0) for key in missing])
+        if layout is not None and self._recorded_seq is not None and not self._restoring:
+            self._check_counter()
         if layout is None:
             # An empty state holds nothing old: its first passes read nothing. Before the marker, which lets
             # writers in: every entry ever written here moves its family's stamp back.
@@ -967,6 +973,23 @@ class RedisStateStore:
             "flushed). Nothing is written into it: rebuild it with `dedup replay --fresh` (which deletes what is "
             "left first), then restart this process"
         )
+
+    def _check_counter(self) -> None:
+        """Refuse (`StateLost`) a state whose verdict counter is behind a seq on record: Redis restarted on an
+        older snapshot (or a backup was restored) while no process that drew since was there to notice
+        (`_went_back`). The record is read first: every seq on it was drawn before the counter is read. Not
+        sticky: once a replay has rebuilt the state, the check passes and this store goes on. A replay under
+        way is left to say so itself (`_check_state`)."""
+        recorded = self._recorded_seq() if self._recorded_seq is not None else 0
+        counter, replaying = self._run([partial(_get, key=self._vseq), partial(_get, key=self.checkpoint_key)])
+        if replaying is None and recorded > int(counter or 0):
+            raise StateLost(
+                f"the Redis state under prefix {self._prefix!r} went back: its verdict counter is at"
+                f" {int(counter or 0)}, below seq {recorded} on record in the links topic (Redis restarted on an"
+                " older snapshot, or a backup was restored). Nothing is decided on it: rebuild it with"
+                " `dedup replay --fresh` (the workers wait for it); run Redis with appendfsync always to keep"
+                " every write across a restart"
+            )
 
     def _went_back(self, top: int) -> None:
         """The verdict counter went back (Redis restarted on a snapshot older than its last writes, a backup
