@@ -150,6 +150,27 @@ def test_publish_command_counts_a_line_the_broker_refuses_once(kafka_bootstrap: 
     assert "published 0 of 1 lines" in result.stderr, result.stderr
 
 
+def test_a_rejection_fits_the_rejected_topic_whose_limit_is_below_the_workers(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The raw topic refuses a line of 30,000 bytes and the rejected topic takes records of at most 10,000 (both
+    below worker.max_message_bytes). The rejection was cut to the worker's limit, the rejected topic refused it
+    too, and the line was in neither topic (reported failed). It is now cut to what the rejected topic accepts:
+    its reason and the line's first bytes reach it."""
+    settings = _settings(kafka_bootstrap)
+    _topic_with_limit(kafka_bootstrap, settings.topics.raw, 20_000)
+    _topic_with_limit(kafka_bootstrap, settings.topics.rejected, 10_000)
+    create_topics(settings)
+    source = tmp_path / "big.jsonl"
+    source.write_bytes(_article(30_000, "big") + b"\n")
+    stats = publish_files(settings, [str(source)])
+    assert stats.failed == [], stats.failed
+    assert stats.rejected == [f"{source}:1: record is 30,000 bytes, more than the broker accepts"], stats.rejected
+    [(_, value)] = _read(kafka_bootstrap, settings.topics.rejected, 1, timeout=10)
+    rejection = orjson.loads(value)
+    assert rejection["raw_bytes"] == 30_000 and _article(30_000, "big").decode().startswith(rejection["raw"])
+
+
 def test_publish_to_a_topic_that_does_not_exist_says_so_and_creates_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams.config import Settings
-from streams.kafka.topics import CommandClient
+from streams.kafka.topics import CommandClient, message_limits
 from streams.records.stage import rejected_record
 from streams.runner.jsonl import InputLine, read_lines
 
@@ -65,18 +65,22 @@ def publish_files(
     for topic in (settings.topics.raw, settings.topics.rejected):
         if topic not in metadata.topics:  # the broker would create it with its own defaults (one partition)
             raise RuntimeError(f"topic {topic} does not exist on the broker: run `dedup topics create` first")
+    rejections = settings.topics.rejected
+    # A rejection is cut to fit where it goes: a rejected topic that accepts less than the worker's limit would
+    # refuse one cut to that limit, and the line it stands for would reach neither topic.
+    fits = min(limit, message_limits(settings, [rejections]).get(rejections, limit))
     stats = PublishStats()
     alone: list[tuple[InputLine, bytes | None]] = []
     """Lines the broker refused with a batch that held a record too large for it: sent again one by one."""
 
     def reject(line: InputLine, key: bytes | None, reason: str) -> None:
         stats.rejected.append(f"{line.source}:{line.line_no}: {reason}")
-        value = rejected_record(reason, line.raw, {"source": line.source, "line": line.line_no}, max_bytes=limit)
-        _produce(producer, settings.topics.rejected, value, key, rejection_delivered)
+        value = rejected_record(reason, line.raw, {"source": line.source, "line": line.line_no}, max_bytes=fits)
+        _produce(producer, rejections, value, key, rejection_delivered)
 
     def rejection_delivered(error: KafkaError | None, message: Message) -> None:
         if error is not None:
-            stats.failed.append(f"a rejection to {settings.topics.rejected}: {error.str()}")
+            stats.failed.append(f"a rejection to {rejections}: {error.str()}")
 
     def delivery(line: InputLine, key: bytes | None) -> Callable[[KafkaError | None, Message], None]:
         def delivered(error: KafkaError | None, message: Message) -> None:
