@@ -88,6 +88,29 @@ def test_a_restart_from_a_snapshot_older_than_the_last_writes_is_a_lost_state(se
     )
 
 
+def test_a_store_that_only_read_before_a_restart_on_an_older_snapshot_refuses_it(server: LocalRedis) -> None:
+    """A second worker began on the state before the restart (it saw the counter at b's seq) and had drawn no
+    seq yet, say its partitions were idle: after Redis came back on a snapshot without b, it gave b's seq to c.
+    The counter a store has seen is now its mark, not only what it drew: below it, the state went back."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    writer = RedisStateStore(client, prefix)
+    _apply(writer, client, _batch("a"))
+    client.save()  # the snapshot: holds a
+    seq_b = _apply(writer, client, _batch("b"))["b"]
+    idle = RedisStateStore(client, prefix)
+    assert idle.verdict_of("b") is not None  # it began on the state, and read from it
+    server.stop()
+    server.start()  # loads the older dump.rdb
+    _reconnected(client)
+    try:
+        seq_c = _apply(idle, client, _batch("c"))
+    except StateLost as exc:
+        assert "went back" in str(exc)
+        return
+    pytest.fail(f"b's verdict (seq {seq_b}) is gone and c got seq {seq_c['c']} from a store that saw {seq_b}")
+
+
 def test_a_clock_far_ahead_of_the_wall_hides_and_sweeps_no_live_verdict(server: LocalRedis) -> None:
     """A worker whose wall clock is years ahead (a bad NTP, a VM resumed wrong) leaves `{prefix}clock` there:
     it clamps to its own wall. The other workers took it: at that clock every verdict was past its retention,

@@ -738,7 +738,8 @@ class RedisStateStore:
         self._lost = False
         """The layout marker this store saw went missing: it never writes again (`StateLost`)."""
         self._drawn_through = 0
-        """The last verdict seq this store drew: a later draw at or below it means the counter went back."""
+        """The verdict counter as this store last saw it (on starting, with each batch, by its own draws): a
+        counter below it means the state went back, whether or not this store drew since."""
         cluster = self._cluster = isinstance(client, RedisCluster)
         if cluster and "{" in prefix:
             raise ValueError(
@@ -931,7 +932,7 @@ class RedisStateStore:
             self._lose(missing[0])  # marked, and part of it gone: a master failed over to an empty replica
         if missing:  # a new state, or one no lease ever wrote (every lease publishes to every group)
             self._run([partial(_set_absent, key=key, value=0) for key in missing])
-        if layout is not None and self._recorded_seq is not None and not self._restoring:
+        if layout is not None and not self._restoring:
             self._check_counter()
         if layout is None:
             # An empty state holds nothing old: its first passes read nothing. Before the marker, which lets
@@ -979,17 +980,19 @@ class RedisStateStore:
         older snapshot (or a backup was restored) while no process that drew since was there to notice
         (`_went_back`). The record is read first: every seq on it was drawn before the counter is read. Not
         sticky: once a replay has rebuilt the state, the check passes and this store goes on. A replay under
-        way is left to say so itself (`_check_state`)."""
+        way is left to say so itself (`_check_state`). The counter read is this store's first mark of it."""
         recorded = self._recorded_seq() if self._recorded_seq is not None else 0
-        counter, replaying = self._run([partial(_get, key=self._vseq), partial(_get, key=self.checkpoint_key)])
-        if replaying is None and recorded > int(counter or 0):
+        found, replaying = self._run([partial(_get, key=self._vseq), partial(_get, key=self.checkpoint_key)])
+        counter = int(found or 0)
+        if replaying is None and recorded > counter:
             raise StateLost(
                 f"the Redis state under prefix {self._prefix!r} went back: its verdict counter is at"
-                f" {int(counter or 0)}, below seq {recorded} on record in the links topic (Redis restarted on an"
+                f" {counter}, below seq {recorded} on record in the links topic (Redis restarted on an"
                 " older snapshot, or a backup was restored). Nothing is decided on it: rebuild it with"
                 " `dedup replay --fresh` (the workers wait for it); run Redis with appendfsync always to keep"
                 " every write across a restart"
             )
+        self._drawn_through = max(self._drawn_through, counter)
 
     def _went_back(self, top: int) -> None:
         """The verdict counter went back (Redis restarted on a snapshot older than its last writes, a backup
@@ -997,7 +1000,7 @@ class RedisStateStore:
         self._lost = True
         raise StateLost(
             f"the Redis state under prefix {self._prefix!r} went back: its verdict counter is at {top}, below the"
-            f" {self._drawn_through} this process drew (Redis restarted on an older snapshot, or a backup was"
+            f" {self._drawn_through} this process saw (Redis restarted on an older snapshot, or a backup was"
             " restored). Nothing is written into it: rebuild it with `dedup replay --fresh`, then restart this"
             " process; run Redis with appendfsync always to keep every write across a restart"
         )
@@ -1279,11 +1282,14 @@ class RedisStateStore:
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
         docs = [*closing, *targets, *(doc_id for doc_id in pending if doc_id not in closing and doc_id not in targets)]
         calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
-        marks = [partial(_get, key=key) for key in (fence.key, self._clock, self._layout, self.checkpoint_key)]
-        held, clock, layout, replaying, *found = self._run([*marks, *calls])
+        marks = [partial(_get, key=k) for k in (fence.key, self._clock, self._layout, self.checkpoint_key, self._vseq)]
+        held, clock, layout, replaying, counter, *found = self._run([*marks, *calls])
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
         self._check_state(layout, replaying)
+        if int(counter or 0) < self._drawn_through:
+            self._went_back(int(counter or 0))
+        self._drawn_through = int(counter or 0)
         clock = _bounded(clock)
         stored = self._verdicts(docs, gather(found), clock)
         decided = {doc_id: stored[doc_id] for doc_id in closing}
