@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.labelling.pairs import BAND_LABELS, BANDS, band_of
+from streams.labelling.pairs import BAND_LABELS, BANDS, band_of, is_cosine
 
 Z95 = 1.959963984540054
 """The standard normal quantile of 0.975: a two-sided 95% interval."""
@@ -154,11 +154,14 @@ def labelled(records: Iterable[Mapping[str, Any]]) -> list[Labelled]:
 
 
 def band_index(score: float) -> int | None:
-    """Which of BANDS a score falls in, as `band_of` reads it; None below the lowest band."""
+    """Which of BANDS a score falls in, as `band_of` reads it; None below the lowest band.
+
+    ValueError for a score that is no cosine (7.0): in any band it would move that band's cut-off.
+    """
+    if not is_cosine(score):
+        raise ValueError(f"score {score} is no cosine")
     label = band_of(score)
-    if label is None:
-        return len(BANDS) - 1 if score >= BANDS[-1][0] else None  # a float32 cosine a hair above 1.0
-    return BAND_LABELS.index(label)
+    return None if label is None else BAND_LABELS.index(label)
 
 
 def fit(model: str, pairs: Iterable[Labelled], precision: float = 0.99, review_precision: float = 0.8) -> Fit:

@@ -29,6 +29,9 @@ sends to review) only pairs the model cannot tell apart at all, i.e. the same te
 stricter still, but the configuration refuses it as no cosine."""
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_UNSAFE_IN_STRING = re.compile(r'["\\\x00-\x1f\x7f]')  # what a TOML basic string must escape
+_ESCAPES = {'"': '\\"', "\\": "\\\\"}
 _KEYS = ("link", "review", "cross_link", "cross_review")
 
 
@@ -86,7 +89,17 @@ def _bad(message: str) -> PydanticCustomError:
 
 
 def _table_key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else json.dumps(name)
+    """The model's name as a TOML key: bare where it can be, else a basic string (json.dumps writes
+    a character outside the BMP as a surrogate pair, which TOML refuses)."""
+    if _BARE_KEY.match(name):
+        return name
+    return '"' + _UNSAFE_IN_STRING.sub(lambda m: _ESCAPES.get(m[0]) or f"\\u{ord(m[0]):04x}", name) + '"'
+
+
+def _comment(text: str) -> str:
+    """`text` (a model's name, a path) as it is in a comment line, or JSON-quoted if it holds a control
+    character: a newline would end the comment and make the rest of the name TOML."""
+    return json.dumps(text) if _CONTROL.search(text) else text
 
 
 def thresholds_toml(fit: Fit, labels_file: str, fitted_at: str) -> str:
@@ -94,8 +107,9 @@ def thresholds_toml(fit: Fit, labels_file: str, fitted_at: str) -> str:
     they were found, from how many labels, and why a cut-off that no band reached is 1.0."""
     same_n, cross_n = (sum(band.n for band in fit.side(same)) for same in (True, False))
     lines = [
-        f"# Semantic cut-offs for {fit.model}, fitted by `dedup calibrate fit` at {fitted_at}",
-        f"# from {fit.labels} labels in {labels_file} ({same_n} same-language, {cross_n} cross-language pairs).",
+        f"# Semantic cut-offs for {_comment(fit.model)}, fitted by `dedup calibrate fit` at {fitted_at}",
+        f"# from {fit.labels} labels in {_comment(labels_file)}"
+        f" ({same_n} same-language, {cross_n} cross-language pairs).",
         f"# link: every labelled band from the cut-off up has precision >= {fit.precision:g};"
         f" review: >= {fit.review_precision:g}.",
         "# Point estimates per band: `dedup calibrate fit` prints each band's 95% Wilson interval, which",

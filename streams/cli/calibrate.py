@@ -145,14 +145,13 @@ def fit_command(
     from streams.calibration.thresholds import thresholds_toml
     from streams.records.output import now_rfc3339
 
+    _not_the_labels(out, labels)
     records = _labels(labels)
     chosen = choose_model(Counter(r["model"] for r in records), model)
     result = fit(chosen, labelled(r for r in records if r["model"] == chosen), precision, review_precision)
-    if out.is_dir():
-        raise IsADirectoryError(f"--out {out} is a directory; give the thresholds file to write")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(thresholds_toml(result, str(labels), now_rfc3339()), encoding="utf-8")
+    _write_thresholds(out, thresholds_toml(result, str(labels), now_rfc3339()))
     _print_fit(result, json_output)
+    _note_unlabelled_side(result)
     err.print(f"wrote {out}: load it with dedup run --thresholds {out}", highlight=False, soft_wrap=True)
 
 
@@ -188,13 +187,16 @@ def check_command(
 
     if config is not None:
         os.environ["DEDUP_CONFIG"] = str(config)
+    if out is not None:
+        _not_the_labels(out, labels)
     records = _labels(labels)
     semantic = Settings().semantic
     update: dict[str, Any] = {"model": model}
     if bge_m3_path is not None:
         update["bge_m3_path"] = bge_m3_path
     embedder = make_embedder(semantic.model_copy(update=update))
-    # One label per pair: a pair labelled under two models is still one pair of texts.
+    # One label per pair: a pair labelled under two models is still one pair of texts, and its last
+    # label (records come in the order of their lines) is the person's word on them.
     unique = list({(r["a"], r["b"]): r for r in records}.values())
     scored = rescore(unique, embedder)
     if not scored.records:
@@ -208,8 +210,7 @@ def check_command(
         (labelled_model,) = before_models
         before = fit(labelled_model, labelled(same_pairs), precision, review_precision)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(thresholds_toml(result, str(labels), now_rfc3339()), encoding="utf-8")
+        _write_thresholds(out, thresholds_toml(result, str(labels), now_rfc3339()))
     extra = {"as_labelled": _cuts_json(before)} if before is not None else {}
     _print_fit(result, json_output, extra)
     if not json_output and before is not None:
@@ -218,21 +219,66 @@ def check_command(
         without = f"{scored.without_text} labels without both texts were not scored"
         err.print(tagged("note:", "yellow", without), soft_wrap=True)
     if out is not None:
+        _note_unlabelled_side(result)
         err.print(f"wrote {out}", highlight=False)
 
 
 def _labels(path: Path) -> list[dict[str, Any]]:
-    """The label in force of every pair (the last one in the file); an error for a file without any."""
+    """The label in force of every pair (the last one in the file), in the order of their lines; an
+    error for a file without any. A last line torn by a crash of `dedup label` is skipped, with a
+    note: every label before it is whole, and the next label session drops it."""
     from streams.labelling.pairs import read_labels
 
     if not path.exists():
         raise FileNotFoundError(f"labels file {path} does not exist")
     if path.is_dir():
         raise IsADirectoryError(f"labels file {path} is a directory")
-    records = list(read_labels(path).values())
+
+    def torn(message: str) -> None:
+        err.print(tagged("note:", "yellow", message), soft_wrap=True)
+
+    records = list(read_labels(path, on_torn=torn).values())
     if not records:
         raise ValueError(f"{path} holds no labels")
     return records
+
+
+def _not_the_labels(out: Path, labels: Path) -> None:
+    """Refuse an --out that is the labels file (a slip of the keyboard would replace them with TOML)."""
+    if out.exists() and labels.exists() and out.samefile(labels):
+        raise ValueError(f"--out {out} is the labels file {labels}; give another file for the thresholds")
+
+
+def _write_thresholds(out: Path, text: str) -> None:
+    """Write the thresholds file whole or not at all (a temporary file renamed over it): a `dedup run`
+    reading it meanwhile, or a crash, never finds half a file."""
+    if out.is_dir():
+        raise IsADirectoryError(f"--out {out} is a directory; give the thresholds file to write")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")  # opened as any file: the umask's mode
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, out)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _note_unlabelled_side(result: Fit) -> None:
+    """Say so when one kind of pair has no labels: its two cut-offs in the file are 1.0 (nothing links
+    or goes to review), by the rule, not by evidence, and they replace the configured ones."""
+    for side, same in (("same", True), ("cross", False)):
+        if not any(band.n for band in result.side(same)):
+            prefix = "" if same else "cross_"
+            message = (
+                f"no {side}-language label in a band: {prefix}link and {prefix}review are 1.0 in the file"
+                " (nothing links or goes to review), over the configured ones; label such pairs, or delete"
+                " the two lines to keep those"
+            )
+            err.print(tagged("note:", "yellow", message), soft_wrap=True)
 
 
 def _cuts_json(result: Fit) -> dict[str, Any]:

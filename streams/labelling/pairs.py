@@ -13,7 +13,8 @@ Thresholds are chosen per similarity band (DESIGN.md), so the eight bands live h
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -50,6 +51,11 @@ def band_label(low: float, high: float) -> str:
 
 
 BAND_LABELS: tuple[str, ...] = tuple(band_label(low, high) for low, high in BANDS)
+
+
+def is_cosine(score: float) -> bool:
+    """Whether a score can be a cosine (to float32 rounding): anything else counted in a band would move a cut-off."""
+    return -_ONE_WITH_ROUNDING <= score <= _ONE_WITH_ROUNDING
 
 
 def band_of(score: float) -> str | None:
@@ -162,25 +168,53 @@ class PairFileError(ValueError):
     """A pairs or labels file that cannot be read; the message names the file and the line."""
 
 
-def _records(path: Path, schema: str, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for each non-blank line, validated against `schema`."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+"""Control characters: none belongs in a model's name, which goes into thresholds files and onto screens."""
+
+BOM = b"\xef\xbb\xbf"
+
+OnTorn = Callable[[str], None]
+"""Told (with a message naming the file and line) of a last line torn by a crash, which is then skipped."""
+
+
+def _records(path: Path, schema: str, what: str, on_torn: OnTorn | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each non-blank line, validated against `schema`.
+
+    A last line without its newline that is no JSON is a write a crash tore (a torn object never
+    parses): refused, unless `on_torn` is given, which is told and the line skipped.
+    """
     check = validator(schema)
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            if number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            if number == 1 and line.startswith(BOM):
                 line = line[3:]
             try:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
+                if on_torn is not None and not line.endswith(b"\n"):
+                    on_torn(f"{path}, line {number}: skipped, a {what} torn by a crash (no newline, invalid JSON)")
+                    continue
                 raise PairFileError(f"{path}, line {number}: not a {what}: invalid JSON ({exc.msg})") from None
             try:
                 check(record)
             except SchemaError as exc:
                 problem = exc.message.replace("data", what, 1)
                 raise PairFileError(f"{path}, line {number}: not a {what}: {problem}") from None
+            problem = _unusable(record)
+            if problem is not None:
+                raise PairFileError(f"{path}, line {number}: not a {what}: {problem}")
             yield number, record
+
+
+def _unusable(record: Mapping[str, Any]) -> str | None:
+    """What the schema lets through that a fit or a thresholds file cannot take, or None."""
+    if not is_cosine(float(record["score"])):
+        return f"score {record['score']} is no cosine"
+    if _CONTROL.search(record["model"]):
+        return f"a control character in model {record['model']!r}"
+    return None
 
 
 def read_pairs(path: str | Path) -> list[Pair]:
@@ -201,18 +235,28 @@ def write_pairs(path: str | Path, pairs: Iterable[Pair]) -> int:
     return count
 
 
-def read_label_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Every label record of a labels.jsonl file in file order, earlier labels of a pair included."""
-    for _, record in _records(Path(path), LABEL, "label"):
+def read_label_records(path: str | Path, on_torn: OnTorn | None = None) -> Iterator[dict[str, Any]]:
+    """Every label record of a labels.jsonl file in file order, earlier labels of a pair included.
+
+    A last line torn by a crash is refused, or skipped and told to `on_torn` when given.
+    """
+    for _, record in _records(Path(path), LABEL, "label", on_torn):
         yield record
 
 
-def read_labels(path: str | Path) -> dict[PairKey, dict[str, Any]]:
-    """The label in force per pair (a, b, model): the last one in the file. An absent file has none."""
+def read_labels(path: str | Path, on_torn: OnTorn | None = None) -> dict[PairKey, dict[str, Any]]:
+    """The label in force per pair (a, b, model): the last one in the file, in the order of their
+    lines, so that a pair relabelled under another model is read after the label it replaces.
+    An absent file has none; a torn last line as `read_label_records`."""
     path = Path(path)
     if not path.exists():
         return {}
-    return {(r["a"], r["b"], r["model"]): r for r in read_label_records(path)}
+    labels: dict[PairKey, dict[str, Any]] = {}
+    for record in read_label_records(path, on_torn):
+        key = (record["a"], record["b"], record["model"])
+        labels.pop(key, None)
+        labels[key] = record
+    return labels
 
 
 def label_record(pair: Pair, label: bool, by: str | None = None, at: str | None = None) -> dict[str, Any]:
@@ -229,8 +273,9 @@ class LabelWriter:
     """Appends labels to a labels.jsonl file, each fsync'd before `write` returns.
 
     A label is a person's time: once the screen has moved on it must be on disk. A line torn by a
-    crash (no newline at the end) is dropped on opening, unless it is a whole record, which gets
-    its newline; either way the next label starts on a line of its own.
+    crash (no newline at the end, no JSON: a torn object never parses) is dropped on opening; a
+    last line that parses is a whole line, a person's even if the schema refuses it (the readers
+    then name it), and only gets its newline. Either way the next label starts on a line of its own.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -252,9 +297,10 @@ class LabelWriter:
             if data.endswith(b"\n"):
                 return
             start = data.rfind(b"\n") + 1
+            tail = data[start:].removeprefix(BOM) if start == 0 else data[start:]
             try:
-                validator(LABEL)(orjson.loads(data[start:]))
-            except (orjson.JSONDecodeError, SchemaError):
+                orjson.loads(tail)
+            except orjson.JSONDecodeError:
                 handle.truncate(start)
             else:
                 handle.write(b"\n")
@@ -262,8 +308,11 @@ class LabelWriter:
             os.fsync(handle.fileno())
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Append one label record (checked against the label schema first) and fsync it."""
+        """Append one label record (checked first as the readers check it) and fsync it."""
         validator(LABEL)(dict(record))
+        problem = _unusable(record)
+        if problem is not None:
+            raise ValueError(f"label of {record['a']} against {record['b']} not written: {problem}")
         self._handle.write(orjson.dumps(record) + b"\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())

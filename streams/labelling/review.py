@@ -17,8 +17,9 @@ canonicals it compared them to, have one) and otherwise from the published artic
 review was never embedded: its score is a Hamming distance (bits of 64), not a cosine, so it has no
 similarity band and says nothing about the semantic cut-offs. Its decision is applied as a relink
 like any other (the new link record keeps who decided, why and the verdict it replaces) but is not
-written to labels.jsonl, whose pairs are cosine pairs that calibration fits. A text found nowhere
-is said so on the screen: the decision can still be made from what is on record.
+written to labels.jsonl, whose pairs are cosine pairs that calibration fits; nor is a semantic
+review for which no record says whether a and b share a language (fit reads the two kinds apart).
+A text found nowhere is said so on the screen: the decision can still be made from what is on record.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ REVIEWED = (Stage.SIMHASH, Stage.SEMANTIC)
 """Stages whose reviews a person decides; a review by `url` or `content` is an exact copy that follows them."""
 SIMHASH_MODEL = "simhash"
 """The `model` of a SimHash review pair: it has no embedding model, and is never written as a label."""
+LANGUAGES_UNKNOWN = "languages_unknown"
+"""In a semantic review pair's `extra` when no record says whether a and b share a language: its
+decision is applied but written as no label, which fit would count on a side it cannot tell."""
 NO_TEXT = "(text not on record: no candidate record and no published article found; pass --articles)"
 
 
@@ -90,20 +94,30 @@ def review_pairs(
     return [_pair(record, languages.get(record["canonical_id"]), candidate, article) for record in reviews]
 
 
-def _pair(record: Mapping[str, Any], b_language: str | None, candidate: Lookup, article: Lookup | None) -> Pair:
+def _pair(record: Mapping[str, Any], b_linked: str | None, candidate: Lookup, article: Lookup | None) -> Pair:
+    """The pair of one review. Whether a and b share a language is a's candidate record's word on
+    its neighbour b (as the stage compared them), else the two languages, from b's own candidate
+    record or link record; neither known, the pair is marked LANGUAGES_UNKNOWN."""
     a, b = record["doc_id"], record["canonical_id"]
-    a_title, a_text = _title_and_text(a, candidate, article)
-    b_title, b_text = _title_and_text(b, candidate, article)
-    a_language = record.get("language")
-    same = a_language == b_language if b_language is not None else True
+    a_found, b_found = candidate(a), candidate(b)
+    a_title, a_text = _title_and_text(a, a_found, article)
+    b_title, b_text = _title_and_text(b, b_found, article)
+    neighbour = next((n for n in (a_found or {}).get("neighbours") or () if n.get("doc_id") == b), {})
+    a_language = record.get("language") or (a_found or {}).get("language")
+    b_language = (b_found or {}).get("language") or b_linked or neighbour.get("language")
+    same = neighbour.get("same_language")
+    if not isinstance(same, bool) and a_language is not None and b_language is not None:
+        same = a_language == b_language
     texts = {"a_title": a_title, "a_text": a_text, "a_language": a_language}
     texts |= {"b_title": b_title, "b_text": b_text, "b_language": b_language}
     score = float(record["score"]) if record.get("score") is not None else 0.0
     if record["stage"] == Stage.SIMHASH.value:
-        extra = {"stage": Stage.SIMHASH.value, "distance": int(score)}
-        return Pair(a, b, score, "", SIMHASH_MODEL, same, **texts, source="review", verdict="review", extra=extra)
-    model = str(record.get("model") or "unknown")
-    return Pair(a, b, score, band_of(score) or "", model, same, **texts, source="review", verdict="review")
+        model, band = SIMHASH_MODEL, ""
+        extra: dict[str, Any] = {"stage": Stage.SIMHASH.value, "distance": int(score)}
+    else:
+        model, band = str(record.get("model") or "unknown"), band_of(score) or ""
+        extra = {} if isinstance(same, bool) else {LANGUAGES_UNKNOWN: True}
+    return Pair(a, b, score, band, model, same is not False, **texts, source="review", verdict="review", extra=extra)
 
 
 SHOWN_CHARS = SemanticSettings.model_fields["candidate_text_chars"].default
@@ -112,8 +126,9 @@ diff is quadratic, and a SimHash review's texts come whole from the published ar
 `max_record_bytes`): 80,000 words kept the screen from showing its first pair for minutes."""
 
 
-def _title_and_text(doc_id: str, candidate: Lookup, article: Lookup | None) -> tuple[str | None, str | None]:
-    found = candidate(doc_id)
+def _title_and_text(
+    doc_id: str, found: Mapping[str, Any] | None, article: Lookup | None
+) -> tuple[str | None, str | None]:
     if found is not None and found.get("text"):
         return found.get("title"), found["text"]
     published = article(doc_id) if article is not None else None
@@ -128,8 +143,9 @@ def is_simhash(pair: Pair) -> bool:
 
 
 def calibrates(pair: Pair) -> bool:
-    """Whether the decision is a labelled pair for calibration: a cosine of an embedding model, in a band."""
-    return not is_simhash(pair) and pair.band in BAND_LABELS
+    """Whether the decision is a labelled pair for calibration: a cosine of an embedding model, in a band,
+    between documents known to share a language or not (fit reads the two kinds apart)."""
+    return not is_simhash(pair) and pair.band in BAND_LABELS and not pair.extra.get(LANGUAGES_UNKNOWN)
 
 
 def decide(pair: Pair, duplicate: bool, apply: Apply, writer: LabelWriter | None, by: str | None) -> str:
@@ -216,9 +232,11 @@ class ReviewApp(LabelApp):
             line.append("semantic review", style="bold")
             line.append(f": score {pair.score:.4f}   band ")
             line.append(pair.band or "below 0.75", style="bold")
-            line.append(
-                f"   model {inert(pair.model)}   " + ("same language" if pair.same_language else "cross-language")
-            )
+            line.append(f"   model {inert(pair.model)}   ")
+            if pair.extra.get(LANGUAGES_UNKNOWN):
+                line.append("languages not on record (applied, not written to the labels)", style="italic")
+            else:
+                line.append("same language" if pair.same_language else "cross-language")
         if pair.key in self.labels:
             earlier = "duplicate" if self.labels[pair.key] else "not a duplicate"
             line.append(f"   decided: {earlier} (a new key replaces it)", style="italic")
