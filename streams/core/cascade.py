@@ -367,7 +367,7 @@ class Cascade:
         window = self._window(doc.published_at, clock)
         while True:
             same, cross = (
-                self._nearest(vector, doc.language, same_language, window, clock) for same_language in (True, False)
+                self._nearest(vector, doc.language, same_language, window) for same_language in (True, False)
             )
             found = [n for n in (same, cross) if n is not None and n.score >= floor]
             orphans = [n for n in found if not self._is_canonical(n, clock)]
@@ -407,31 +407,23 @@ class Cascade:
         return disagreement(text_facts(doc.text), Facts.from_json(neighbour.facts), same_language=same_language)
 
     def _window(self, published_at: int, clock: int) -> tuple[int, int] | None:
-        """The search window (centre, half-width) around `published_at`, starting no earlier than the
-        vectors' horizon: an expired vector is never searched for, even before the sweep removes it.
-        None when the whole window has expired.
-
-        The stores search a window symmetric about a centre, so a window cut at the horizon is moved
-        to the middle of what is left (its low end may fall a second early: `_nearest` drops that)."""
+        """The search window [low, high] around `published_at`, starting no earlier than the vectors'
+        horizon: an expired vector is never searched for, even before the sweep removes it (a hit there
+        would hide the live canonicals below it). None when the whole window has expired."""
         low, high = published_at - self._window_s, published_at + self._window_s
         if self._vectors_s:
             low = max(low, clock - self._vectors_s)
-        if low > high:
-            return None
-        centre = (low + high) // 2
-        return centre, high - centre
+        return None if low > high else (low, high)
 
     def _nearest(
-        self, vector: np.ndarray, language: str, same_language: bool, window: tuple[int, int] | None, clock: int
+        self, vector: np.ndarray, language: str, same_language: bool, window: tuple[int, int] | None
     ) -> Neighbour | None:
-        """The store's nearest canonical in the window, unless its vector has expired at stream time `clock`."""
+        """The store's nearest canonical in the window."""
         assert self._vectors is not None and self._model is not None
         if window is None:
             return None
-        found = self._vectors.nearest(self._model, vector, window[0], window[1], language, same_language)
-        if found is None or expired(found.published_at, clock, self._vectors_s):
-            return None
-        return found
+        low, high = window
+        return self._vectors.nearest_between(self._model, vector, low, high, language, same_language)
 
     def _is_canonical(self, neighbour: Neighbour, clock: int) -> bool:
         """Whether a vector is a canonical's: its verdict says so, or its verdict has expired (vectors hold

@@ -36,11 +36,19 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ModelId:
-    """Name and version of an embedding model: vectors of different models never meet."""
+    """Name and version of an embedding model: vectors of different models never meet.
+
+    A name holds no '@': links name their model `name@version` and a replay splits that at the first
+    '@', so ('a@b', 'c') would be read back as ('a', 'b@c'), whose vectors live elsewhere.
+    """
 
     name: str
     version: str
     dim: int
+
+    def __post_init__(self) -> None:
+        if "@" in self.name:
+            raise ValueError(f"a model name holds no '@' (it separates the version): {self.name!r}")
 
     def __str__(self) -> str:
         return f"{self.name}@{self.version}"

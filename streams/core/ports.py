@@ -111,14 +111,20 @@ class StateStore(Protocol):
 class VectorStore(Protocol):
     """Canonical vectors, one collection per embedding model, searched in a time window."""
 
+    def nearest_between(
+        self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The most similar canonical (by cosine) published in [`low`, `high`], among canonicals in
+        `language` (`same_language`) or in any other language (not).
+
+        Ties go to the oldest (earliest `published_at`, then smallest id). The range is searched as
+        given: the cascade starts it at the vectors' horizon, so no expired vector is a hit.
+        """
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:
-        """The most similar canonical published within `window_s` of `published_at`,
-        among canonicals in `language` (`same_language`) or in any other language (not).
-
-        Ties go to the oldest (earliest `published_at`, then smallest id).
-        """
+        """`nearest_between` within `window_s` of `published_at`, both sides."""
 
     def add(
         self,
@@ -137,6 +143,10 @@ class VectorStore(Protocol):
     def expire(self, model: ModelId, before: int) -> int:
         """Delete the model's vectors with `published_at < before` (a range on the indexed payload);
         returns how many there were. The cascade ignores them before that (`RetentionSettings.vectors_hours`)."""
+
+    def expire_every_model(self, before: int) -> int:
+        """`expire` for every model whose vectors this store holds (the one in use and any used before it);
+        returns how many there were. The sweeps of `dedup run` and of the semantic workers call it."""
 
 
 class Embedder(Protocol):

@@ -152,6 +152,7 @@ def _point(state: StateStore, key: str, holder: str, published_at: int) -> None:
 
 
 def model_named(name: str, dim: int = 0) -> ModelId:
-    """The model a link names (`name@version`); removing a vector needs no dimension."""
+    """The model a link names (`name@version`: a name holds no '@', see `ModelId`); removing a vector needs
+    no dimension."""
     model, _, version = name.partition("@")
     return ModelId(model, version, dim)

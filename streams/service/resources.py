@@ -93,7 +93,10 @@ def recorded_seq(settings: Settings) -> int:
 class Resources:
     """One Redis client, vector store and embedder per worker process, shared by its agents."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, settings: Settings, embedder: Embedder | None = None, vectors: VectorStore | None = None
+    ) -> None:
+        """`embedder` and `vectors` are made from `settings` when the semantic agent first needs them, unless given."""
         self.settings = settings
         self.redis = redis_client(settings)
         self.state = RedisStateStore(
@@ -106,7 +109,7 @@ class Resources:
             recorded_seq=partial(recorded_seq, settings),
         )
         self._embedder = embedder
-        self._vectors: VectorStore | None = None
+        self._vectors = vectors
         name = f"{settings.redis_prefix}lock:register"
         self.lock = RedisLock(self.redis, name, settings.worker.lock_ttl_s, fence=self.state.fence)
         # Load (or compile: seconds on a fresh install) the text and SimHash kernels now, not inside
@@ -136,8 +139,9 @@ class Resources:
         stages = [s for s in self.settings.stages if semantic or s is not Stage.SEMANTIC]
         settings = self.settings.model_copy(update={"stages": stages})
         model = embedder.model_id if embedder is not None else None
-        state = BatchedState(self.state)  # one per agent: each warms and flushes its own batches
         held = BatchedVectors(vectors) if vectors is not None else None  # written once verdicts are recorded
+        # One per agent: each warms and flushes its own batches; the semantic agent's sweep expires vectors.
+        state = BatchedState(self.state, vectors=held, vectors_s=self.settings.retention.vectors_s)
         cascade = Cascade(settings, MeteredState(state), held, model)
         return StageAgent(self.settings, hop, cascade, state, self.lock, embedder, held)
 

@@ -18,7 +18,8 @@ Retention: the snapshot is read through the store, which hides what is past its
 retention; what the batch itself makes is hidden the same way, against the clock
 the batch will leave (the stored one, or the newest stamp written since). After a
 flush that moved the clock into a new day, the flush sweeps expired entries under
-the same lease, for a bounded time, until the day's pass is complete.
+the same lease, for a bounded time, until the day's pass is complete; the semantic agent's
+flush expires its vector store's old vectors too, once a day.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TypeVar
 import redis
 
 from streams.core.model import DAY_S, Canonical, Link, clamped
-from streams.core.ports import Reads
+from streams.core.ports import Reads, VectorStore
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import Applied, RedisStateStore
 from streams.stores.writes import (
@@ -57,19 +58,34 @@ _PROVISIONAL_SEQ = 1 << 62
 class BatchedState:
     """Reads from a warmed snapshot, writes buffered until `flush`."""
 
-    def __init__(self, backend: RedisStateStore, sweep_limit: int = 10_000, sweep_share: float = 0.1) -> None:
+    def __init__(
+        self,
+        backend: RedisStateStore,
+        sweep_limit: int = 10_000,
+        sweep_share: float = 0.1,
+        vectors: VectorStore | None = None,
+        vectors_s: int = 0,
+    ) -> None:
         """`sweep_limit` entries bound the sweep after a flush, and so does time: at most `sweep_share` of the
         time the batch took from its warm-up, and at least one step. A day's pass (about a second at 16
         bucket bits on a small state, minutes at 10M canonicals) is spread over the batches in proportion
         to their work: the verdicts it holds back stay a tenth later at most, where a slice of a quarter of
         a second took a half-loaded worker's p99 verdict latency from 95 ms to 715 ms
-        (`benchmarks/bench_streaming.py`)."""
+        (`benchmarks/bench_streaming.py`).
+
+        `vectors` (the semantic agent's store, kept `vectors_s`; 0: forever) are swept too, once a day: the
+        vectors of every model past their retention, one delete by range per collection (a day's canonicals
+        once the first pass is done), before the state's share of the time."""
         self._backend = backend
         self.band_layout = backend.band_layout
         self._sweep_limit = sweep_limit
         self._sweep_share = sweep_share
+        self._vectors = vectors if vectors_s else None
+        self._vectors_s = vectors_s
         self._swept_day = -1
         """The last day whose sweep pass this agent saw complete."""
+        self._vectors_day = -1
+        """The last day this agent expired the vectors on."""
         self.reset()
 
     def reset(self) -> None:
@@ -164,6 +180,9 @@ class BatchedState:
             return
         now = time.monotonic()
         spent = now - self._warmed_at if self._warmed_at is not None else 0.0
+        if self._vectors is not None and day > self._vectors_day:
+            self._expire_vectors(clock)
+            self._vectors_day = day
         try:
             swept = self._backend.sweep(self._sweep_limit, lease, now + self._sweep_share * spent)
         except redis.RedisError as exc:
@@ -171,6 +190,18 @@ class BatchedState:
             return
         if swept.done:
             self._swept_day = day
+
+    def _expire_vectors(self, clock: int) -> None:
+        """The vectors of every model that are past their retention at `clock`, removed (invisible already:
+        the cascade never searches before the horizon); a store that fails here is tried again next day."""
+        assert self._vectors is not None
+        try:
+            removed = self._vectors.expire_every_model(clock - self._vectors_s)
+        except Exception as exc:  # the batch is written: a vector store down only delays its sweep
+            log.warning("sweep of expired vectors stopped: %s", exc)
+            return
+        if removed:
+            log.info("expired %d vectors", removed)
 
     # Retention
 

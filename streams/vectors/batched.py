@@ -17,7 +17,7 @@ import numpy as np
 
 from streams.core.model import ModelId, Neighbour
 from streams.core.ports import VectorStore
-from streams.vectors.common import best_neighbour
+from streams.vectors.common import best_neighbour, cosine
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +69,28 @@ class BatchedVectors:
         self._pending = [item for item in self._pending if not (item.model == model and item.published_at < before)]
         return self._store.expire(model, before)
 
+    def expire_every_model(self, before: int) -> int:
+        """`expire` for every model of the store, held additions too."""
+        self._pending = [item for item in self._pending if item.published_at >= before]
+        return self._store.expire_every_model(before)
+
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:
-        """The store's best and the best held addition, under the store's tie-break."""
-        stored = self._store.nearest(model, vector, published_at, window_s, language, same_language)
+        """`nearest_between` within `window_s` of `published_at`, both sides."""
+        low, high = published_at - window_s, published_at + window_s
+        return self.nearest_between(model, vector, low, high, language, same_language)
+
+    def nearest_between(
+        self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The store's best and the best held addition, scored as the store scores (cosine: a vector
+        that is not of unit length must not outscore an exact match), under the store's tie-break."""
+        stored = self._store.nearest_between(model, vector, low, high, language, same_language)
         query = np.asarray(vector, dtype=np.float32)
         held = [
-            Neighbour(item.doc_id, float(np.dot(query, item.vector)), item.published_at, item.language, item.facts)
+            Neighbour(item.doc_id, cosine(query, item.vector), item.published_at, item.language, item.facts)
             for item in self._pending
-            if item.model == model
-            and abs(item.published_at - published_at) <= window_s
-            and (item.language == language) == same_language
+            if item.model == model and low <= item.published_at <= high and (item.language == language) == same_language
         ]
         return best_neighbour([*held, *([stored] if stored is not None else [])])

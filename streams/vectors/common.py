@@ -25,6 +25,9 @@ POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:streams:dedup:doc")
 """Namespace of point ids: Qdrant only takes integers or UUIDs, doc ids are arbitrary strings."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
+_HASHED = re.compile(r"(?:.*-)?[0-9a-f]{8}")
+"""What `safe_part` makes of a name it changes: a legal name of that form is hashed too, or it would be
+another name's safe form."""
 _MAX_PART = 80
 
 
@@ -38,10 +41,12 @@ def safe_part(text: str) -> str:
 
     Letters, digits, '.' and '-' are kept; anything else (including '_', used as a
     separator by the server store) becomes '-', and then a short hash of the original
-    is appended so 'a/b' and 'a-b' stay apart.
+    is appended so 'a/b' and 'a-b' stay apart. A name kept as it is never looks hashed
+    (`-` and 8 hex digits at its end): 'a-b-c14cddc0', the safe form of 'a/b', is hashed
+    as well, so it does not share the folder and collection of 'a/b'.
     """
     cleaned = _UNSAFE.sub("-", text).lstrip(".")[:_MAX_PART]
-    if cleaned == text and cleaned:
+    if cleaned == text and cleaned and not _HASHED.fullmatch(text):
         return cleaned
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return f"{cleaned}-{digest}" if cleaned else digest
@@ -55,6 +60,19 @@ def model_dir_name(model: ModelId) -> str:
 def collection_name(prefix: str, model: ModelId) -> str:
     """Server collection of a model: `{prefix}_{name}_{version}`, parts made safe."""
     return f"{prefix}_{safe_part(model.name)}_{safe_part(model.version)}"
+
+
+def owns_collection(prefix: str, name: str) -> bool:
+    """Whether collection `name` is one `collection_name(prefix, ...)` gives: safe parts hold no '_', so
+    another deployment's prefix ('dedup_eu' beside 'dedup') never passes for this one's."""
+    parts = name.removeprefix(f"{prefix}_").split("_")
+    return name.startswith(f"{prefix}_") and len(parts) == 2 and all(parts)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The score both stores give (Qdrant normalises for cosine): 0 against a zero vector, which matches nothing."""
+    norms = float(np.linalg.norm(a)) * float(np.linalg.norm(b))
+    return float(np.dot(a, b)) / norms if norms else 0.0
 
 
 def payload(

@@ -110,15 +110,20 @@ class EdgeVectorStore:
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:
-        """The best canonical within `window_s` of `published_at` (both sides), in `language` or
-        (not `same_language`) in any other language; None if none."""
+        """`nearest_between` within `window_s` of `published_at`, both sides."""
+        low, high = published_at - window_s, published_at + window_s
+        return self.nearest_between(model, vector, low, high, language, same_language)
+
+    def nearest_between(
+        self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The best canonical published in [`low`, `high`], in `language` or (not `same_language`) in any
+        other language; None if none."""
         shard = self._shard(model, create=False)
         if shard is None:
             return None
         query = qe.Query.Nearest(as_vector(model, vector))
-        in_window = qe.FieldCondition(
-            "published_at", range=qe.RangeFloat(gte=published_at - window_s, lte=published_at + window_s)
-        )
+        in_window = qe.FieldCondition("published_at", range=qe.RangeFloat(gte=low, lte=high))
         in_language = qe.FieldCondition("language", match=qe.MatchValue(language))
         window = (
             qe.Filter(must=[in_window, in_language])

@@ -1,7 +1,8 @@
 """Canonical vectors in a Qdrant server: the production store, shared by all semantic workers.
 
 One collection per model (cosine), an integer index on `published_at` for the window
-filter and for expiry (a delete by range), and the same ids and tie-break as the embedded store.
+filter and for expiry (a delete by range, which the semantic workers' sweep runs in every
+collection of the prefix), and the same ids and tie-break as the embedded store.
 """
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 
 from streams.core.model import ModelId, Neighbour
-from streams.vectors.common import as_vector, collection_name, nearest_with_ties, payload, point_id
+from streams.vectors.common import (
+    as_vector,
+    collection_name,
+    nearest_with_ties,
+    owns_collection,
+    payload,
+    point_id,
+)
 
 
 class QdrantVectorStore:
@@ -76,10 +84,19 @@ class QdrantVectorStore:
 
     def expire(self, model: ModelId, before: int) -> int:
         """Delete the model's vectors published before `before` (a range on the indexed `published_at`);
-        returns how many there were (counted first: a delete by filter does not say)."""
+        returns how many there were."""
         name = self._collection(model, create=False)
-        if name is None:
-            return 0
+        return 0 if name is None else self._expired(name, before)
+
+    def expire_every_model(self, before: int) -> int:
+        """`expire` in every collection of this store's prefix: the model in use and any used before it,
+        whose vectors would otherwise be kept for ever once the workers move to another model."""
+        names = [c.name for c in self.client.get_collections().collections if owns_collection(self.prefix, c.name)]
+        return sum(self._expired(name, before) for name in sorted(names))
+
+    def _expired(self, name: str, before: int) -> int:
+        """Delete collection `name`'s vectors published before `before`; how many there were (counted first:
+        a delete by filter does not say)."""
         old = models.Filter(must=[models.FieldCondition(key="published_at", range=models.Range(lt=before))])
         count = self.client.count(name, count_filter=old, exact=True).count
         if count:
@@ -89,15 +106,20 @@ class QdrantVectorStore:
     def nearest(
         self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
     ) -> Neighbour | None:
-        """The best canonical within `window_s` of `published_at` (both sides), in `language` or
-        (not `same_language`) in any other language; None if none."""
+        """`nearest_between` within `window_s` of `published_at`, both sides."""
+        low, high = published_at - window_s, published_at + window_s
+        return self.nearest_between(model, vector, low, high, language, same_language)
+
+    def nearest_between(
+        self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """The best canonical published in [`low`, `high`], in `language` or (not `same_language`) in any
+        other language; None if none."""
         name = self._collection(model, create=False)
         if name is None:
             return None
         query = as_vector(model, vector)
-        in_window = models.FieldCondition(
-            key="published_at", range=models.Range(gte=published_at - window_s, lte=published_at + window_s)
-        )
+        in_window = models.FieldCondition(key="published_at", range=models.Range(gte=low, lte=high))
         in_language = models.FieldCondition(key="language", match=models.MatchValue(value=language))
         window = (
             models.Filter(must=[in_window, in_language])
