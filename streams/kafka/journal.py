@@ -104,16 +104,19 @@ def recorded(settings: Settings, topic: str) -> int:
 
 
 def newest_seq(settings: Settings, topic: str, tail: int = TAIL) -> int:
-    """The highest `seq` among the last `tail` records of each partition of `topic` (0: none, or no such
-    topic): a lower bound of every seq it holds, which a state that holds them all has drawn. Unreadable
-    records are passed over. RuntimeError in one line when the broker cannot be reached."""
+    """The highest `seq` among the link records in the last `tail` offsets of each partition of `topic` (0:
+    none, or no such topic): a lower bound of the seqs a state that took in all of them has drawn. A record
+    the replay would skip as unreadable is passed over here too: its seq never reached any state.
+    RuntimeError in one line when the broker cannot be reached."""
+    from streams.kafka.replay import UNREADABLE, read_link  # the replay's own reading of a link record
+
     if not recorded(settings, topic):
         return 0
     newest = 0
     for message in read_to_end(settings, topic, tail=tail):
         try:
-            seq = _seq(orjson.loads(message.value() or b"null").get("seq"))
-        except (orjson.JSONDecodeError, AttributeError, ValueError):
+            seq = read_link(message.value())[1].link.seq
+        except UNREADABLE:
             continue
         newest = max(newest, seq or 0)
     return newest

@@ -19,9 +19,13 @@ index. In memory at any time: one chunk of records read and one batch restored.
 Restoring goes through `BatchedState` one batch at a time: the batch's reads in
 one warm-up, each link restored against that snapshot, every write in one
 transaction under the registration lease (live workers write under it too).
-After each batch the order key of its last link is stored (`{prefix}replay`), so
-an interrupted replay run again restores only what comes after it; a replay that
-completes removes it. The checkpoint is written right after the batch's
+After each batch the order key of its last link is stored (`{prefix}replay`), with
+the clock the replay found the state at, so an interrupted replay run again
+restores only what comes after it, judging what was applied before as the first
+run would (`Restorer._applied`); a replay that completes removes it. A link the
+state cannot take is skipped and reported as an unreadable record is: one to a
+document that is no canonical (a chain, which the store refuses with the whole
+batch), one whose vector the vector store refuses. The checkpoint is written right after the batch's
 transaction, not inside it (`RedisStateStore.apply` takes no extra write): a kill
 between the two restores that batch again, which finds every link already there.
 
@@ -48,13 +52,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import orjson
 import redis
 from pydantic import SecretStr
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
-from streams.core.model import Verdict
+from streams.core.model import Link, ModelId, Verdict
 from streams.core.ports import Reads, VectorStore
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import DEFAULT, BandLayout
@@ -249,6 +254,17 @@ _WRITTEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 """`linked_at` as `now_rfc3339` writes it: kept as it is."""
 
 
+UNREADABLE = (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError)
+"""What `read_link` raises for a record the replay skips (and reports)."""
+
+
+def read_link(value: bytes | None) -> tuple[dict[str, Any], Recorded, str]:
+    """A `dedup.links` record as the replay reads it: the record, its link and features, and its decision
+    time (`decided_at`); one of `UNREADABLE` when the replay skips it (the relink skips it too)."""
+    record = orjson.loads(value or b"")
+    return record, read_link_record(record), decided_at(record["linked_at"])
+
+
 def read_links(
     settings: Settings, stats: KafkaReplayStats, progress: Progress | None = None, folder: str | None = None
 ) -> LatestLinks:
@@ -268,13 +284,12 @@ def read_links(
                 progress.advance(unreported)
                 unreported = 0
             try:
-                record = orjson.loads(message.value() or b"")
-                recorded = read_link_record(record)
-                seq = recorded.link.seq
-                order = (int(seq is not None), seq or 0, decided_at(record["linked_at"]), partition, offset)
-            except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
+                _, recorded, decided = read_link(message.value())
+            except UNREADABLE as exc:
                 stats.bad.append(f"{topic}[{partition}]@{offset}: {type(exc).__name__}: {exc}")
                 continue
+            seq = recorded.link.seq
+            order = (int(seq is not None), seq or 0, decided, partition, offset)
             latest.add(_Read(order, message.value() or b"", recorded))
         if progress is not None and unreported:
             progress.advance(unreported)
@@ -317,10 +332,46 @@ class ReplayState(BatchedState):
         if missing:
             self._groups.update(self._backend.group_sizes(missing))
 
+    def warm_verdicts(self, doc_ids: Iterable[str]) -> None:
+        """The verdicts of the canonicals a batch links to, in one round trip: each is checked (`_chained`)."""
+        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._verdicts]
+        if missing:
+            self._verdicts.update(self._backend.verdicts_of(missing))
+
+
+class _Refused(Exception):
+    """A link the state cannot take as it is: skipped and reported, never fatal."""
+
+
+class _Guarded:
+    """The vector store, its refusal of a vector (ValueError: another dimension than its model's collection)
+    told apart from every other failure, which stops the replay (run again to resume)."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self._store = store
+
+    def add(
+        self,
+        model: ModelId,
+        doc_id: str,
+        vector: np.ndarray,
+        published_at: int,
+        language: str,
+        facts: dict[str, list[str]] | None = None,
+    ) -> None:
+        try:
+            self._store.add(model, doc_id, vector, published_at, language, facts)
+        except ValueError as exc:
+            raise _Refused(f"the vector store refused its vector: {exc}") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
 
 class Restorer:
     """Restores links into Redis a batch at a time, each in one transaction under the registration lease,
-    with the checkpoint that lets an interrupted replay resume.
+    with the checkpoint that lets an interrupted replay resume. A link the state cannot take (to a document
+    that is no canonical: a chain; with a vector the store refuses) is skipped, and the caller told why.
 
     The lease of a batch is not renewed, so a batch has a bounded time to be written: one that outlasts
     the lease (a loaded host) is refused by the fence (the lease's epoch, checked in every one-slot
@@ -340,7 +391,7 @@ class Restorer:
         self.state = RedisStateStore(client, prefix, bucket_bits, retention, restoring=True, band_layout=band_layout)
         self._batched = ReplayState(self.state)
         self._client = client
-        self._vectors = vectors
+        self._vectors = _Guarded(vectors) if vectors is not None else None
         self._retention = retention
         self._lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, renew=False, fence=self.state.fence)
         self._sweep_lock = RedisLock(client, f"{prefix}lock:register", lock_ttl_s, fence=self.state.fence)
@@ -358,7 +409,8 @@ class Restorer:
         self._hold_script = client.register_script(_HOLD)
         self._ttl_ms = int(lock_ttl_s * 1000)
         self.found_clock = 0
-        """The clock of the state a replay from the beginning found (0: empty, or cleared): see `_applied`."""
+        """The clock of the state the replay found before its first write (0: empty, or cleared), kept in its
+        checkpoint for a resumed replay: see `_applied`."""
 
     @contextmanager
     def owned(self) -> Iterator[None]:
@@ -402,8 +454,25 @@ class Restorer:
 
     def checkpoint(self) -> Order | None:
         """The order key of the last link an interrupted replay restored (None: start from the beginning)."""
+        return self._checkpointed()[0]
+
+    def resume(self) -> Order | None:
+        """`checkpoint`, with `found_clock` set: the state's clock when no link is restored yet, else the one
+        the interrupted replay found (its own batches have moved the state's clock since)."""
+        after, clock = self._checkpointed()
+        self.found_clock = self.state.clock() if after is None else clock
+        return after
+
+    def _checkpointed(self) -> tuple[Order | None, int]:
+        """The checkpoint's order key and found clock; one written before it kept the clock (an order key
+        alone) has no known clock: 0, as an empty state's."""
         value = self._client.get(self._checkpoint)
-        return tuple(orjson.loads(value)) if value and value != _BEGUN else None  # type: ignore[return-value]
+        if not value or value == _BEGUN:
+            return None, 0
+        saved = orjson.loads(value)
+        if isinstance(saved, list):
+            return tuple(saved), 0  # type: ignore[return-value]
+        return tuple(saved["after"]), int(saved["clock"])  # type: ignore[return-value]
 
     def clear(self) -> None:
         """Start from nothing: the checkpoint back to "begun" (the workers keep waiting), then every other key of
@@ -430,12 +499,12 @@ class Restorer:
                     break
         self._hold("")
 
-    def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool]:
-        """Restore `batch` (in decision order); then store `last` as the checkpoint.
-        Returns, per link, whether it was restored (False: it was there already)."""
+    def restore(self, batch: list[Recorded], last: Order | None = None) -> list[bool | str]:
+        """Restore `batch` (in decision order); then store `last` as the checkpoint, with `found_clock`.
+        Returns, per link, whether it was restored (False: it was there already), or why it was skipped."""
         done = self._restore(batch)
         if last is not None:
-            self._hold(orjson.dumps(last).decode())
+            self._hold(orjson.dumps({"after": last, "clock": self.found_clock}).decode())
         return done
 
     def _applied(self, recorded: Recorded) -> bool:
@@ -446,20 +515,20 @@ class Restorer:
             self.state.keep.verdicts, recorded.verdict_stamp, self.found_clock
         )
 
-    def _restore(self, batch: list[Recorded]) -> list[bool]:
+    def _restore(self, batch: list[Recorded]) -> list[bool | str]:
         """`batch` in one transaction; in halves (and so on) while the lease runs out before it is written."""
         reads = Reads(
             doc_ids=[r.link.doc_id for r in batch],
             exact_keys=[key for r in batch for key in (URL_KEY + r.url_hash, CONTENT_KEY + r.content_hash)],
             band_queries=[],
         )
+        refused: dict[int, str] = {}
         try:
             with self._lock.held() as lease:
                 self._own()  # under the registration lease: a replay that took over waits for it to write
-                self._batched.warm(reads)
-                self._batched.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
-                state, vectors, retention = self._batched, self._vectors, self._retention
-                done = [restore(r, state, vectors, retention, self._applied) for r in batch]
+                done = self._attempt(batch, reads, refused)
+                while done is None:
+                    done = self._attempt(batch, reads, refused)
                 self._batched.flush_applied(lease)
             return done
         except LeaseLost:
@@ -468,6 +537,41 @@ class Restorer:
                 raise
             half = len(batch) // 2
             return self._restore(batch[:half]) + self._restore(batch[half:])
+
+    def _attempt(self, batch: list[Recorded], reads: Reads, refused: dict[int, str]) -> list[bool | str] | None:
+        """`batch` restored into a fresh snapshot but for the links `refused` (why, by position). None when one
+        more is refused after it was restored in part, or when a link restored goes to a document that a later
+        link of the batch made no canonical (the store would refuse the whole batch): what the snapshot holds
+        is dropped, and the batch is restored again without it."""
+        state = self._batched
+        state.warm(reads)
+        state.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
+        state.warm_verdicts(r.link.canonical_id for r in batch if not r.link.verdict.canonical)
+        done: list[bool | str] = []
+        for i, recorded in enumerate(batch):
+            why = refused.get(i) or self._chained(recorded.link)
+            if why is None:
+                try:
+                    done.append(restore(recorded, state, self._vectors, self._retention, self._applied))
+                    continue
+                except _Refused as exc:
+                    refused[i] = str(exc)
+                    return None
+            refused[i] = why
+            done.append(why)
+        later = {i: why for i, r in enumerate(batch) if done[i] is True and (why := self._chained(r.link))}
+        refused.update(later)
+        return None if later else done
+
+    def _chained(self, link: Link) -> str | None:
+        """Why `link` would make a chain (it links to a document that is no canonical in the snapshot, as the
+        batch has left it so far); None when it does not."""
+        if link.verdict.canonical:
+            return None
+        target = self._batched.verdict_of(link.canonical_id)
+        if target is None or target.verdict.canonical:
+            return None  # one whose verdict has expired is still the canonical its keys name, as the store says
+        return f"its canonical {link.canonical_id} is no canonical ({target.verdict} of {target.canonical_id}): a chain"
 
 
 def replay_links(
@@ -502,9 +606,7 @@ def replay_links(
             held.enter_context(restorer.owned())  # before anything is written: one replay at a time
             if fresh:
                 restorer.clear()
-            resume_at = restorer.checkpoint()  # Redis first: an unreachable one is said before the topic is read
-            if resume_at is None:  # not a replay resumed, whose clock its own batches moved
-                restorer.found_clock = restorer.state.clock()
+            resume_at = restorer.resume()  # Redis first: an unreachable one is said before the topic is read
             restorer.begin()
         except redis.RedisError as exc:
             raise RuntimeError(f"cannot reach Redis: {exc}") from None
@@ -523,7 +625,11 @@ def replay_links(
                         recorded = read_link_record(record)
                         position += 1
                         records.append(_numbered(recorded, position))
-                    for restored, recorded in zip(restorer.restore(records, chunk[-1][0]), records, strict=True):
+                    done = restorer.restore(records, chunk[-1][0])
+                    for restored, recorded, (order, _) in zip(done, records, chunk, strict=True):
+                        if isinstance(restored, str):
+                            stats.bad.append(f"{settings.topics.links}[{order[3]}]@{order[4]}: skipped: {restored}")
+                            continue
                         if vectors is None and recorded.vector is not None and recorded.link.verdict.canonical:
                             stats.vectors_skipped += restored
                         stats.restored += restored

@@ -109,17 +109,48 @@ def candidate_record(
     }
 
 
+SEQ_LIMIT = 1 << 53
+"""Every `seq` is below it: exact in every JSON reader, and far below the 1 << 62 where the store's verdict
+counter, which a replay moves past the seqs it restores, stops drawing (no real counter gets near it)."""
+
+
 def _sequence(value: Any) -> int | None:
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"seq must be a positive integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value < SEQ_LIMIT:
+        raise ValueError(f"seq must be a positive integer below 2**53, got {value!r}")
     return value
+
+
+def _verdict(record: dict[str, Any], doc_id: str, canonical_id: str) -> Verdict:
+    """The record's verdict, consistent with its canonical: a link is a star's ray, never to the document
+    itself (the group would count it twice), and a canonical names itself."""
+    verdict = Verdict(record["verdict"])
+    if verdict.canonical != (canonical_id == doc_id):
+        named = "its own id" if verdict.canonical else "another document"
+        raise ValueError(f"a {verdict} record's canonical_id must be {named}, got {canonical_id!r}")
+    return verdict
+
+
+def _vector(value: Any) -> np.ndarray | None:
+    """An embedded canonical's vector: a non-empty list of finite numbers (float32), as the vector store takes."""
+    if value is None:
+        return None
+    if not (
+        isinstance(value, list) and value and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+    ):
+        raise ValueError("vector must be a non-empty list of numbers")
+    with np.errstate(over="ignore"):
+        vector = np.asarray(value, dtype=np.float32)
+    if not np.isfinite(vector).all():
+        raise ValueError("vector must be finite (as float32)")
+    return vector
 
 
 def read_link_record(record: dict[str, Any]) -> Recorded:
     """A `dedup.links` record back to a verdict and its features; KeyError or ValueError when malformed (the
-    types of link.schema.json, checked here: a replay writes what it reads into Redis keys and values). The
+    types of link.schema.json, checked here: a replay writes what it reads into Redis keys and values), or
+    when the state could not take it (a link to itself, a seq past `SEQ_LIMIT`, a vector of no shape). The
     link carries the stamp restoring it gives its verdict: the record's `published_at`, or the stream's `clock`
     when the verdict was recorded where that is later (a late crawl)."""
     doc_id = _id(record, "doc_id")  # first: what a file of other records lacks is said by it
@@ -130,10 +161,11 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         raise ValueError(f"score must be a number or null, got {score!r}")
     if model is not None and not isinstance(model, str):
         raise ValueError(f"model must be a string or null, got {model!r}")
+    canonical_id = _id(record, "canonical_id")
     link = Link(
         doc_id=doc_id,
-        verdict=Verdict(record["verdict"]),
-        canonical_id=_id(record, "canonical_id"),
+        verdict=_verdict(record, doc_id, canonical_id),
+        canonical_id=canonical_id,
         stage=Stage(record["stage"]) if record["stage"] else None,
         score=score,
         model=model,
@@ -142,7 +174,6 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         reason=record.get("reason"),
         published_at=kept_from,
     )
-    vector = record.get("vector")
     return Recorded(
         link=link,
         url_hash=_hex(record, "url_hash", 64),
@@ -150,7 +181,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         simhash=int(_hex(record, "simhash", 16), 16),
         language=_text(record, "language"),
         published_at=published_at,
-        vector=np.asarray(vector, dtype=np.float32) if vector is not None else None,
+        vector=_vector(record.get("vector")),
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
     )

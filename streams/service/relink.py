@@ -139,21 +139,27 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     A worker that meets a relinked document again (a crawler sent it again) re-sends its verdict as a
     plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
     It is the latest record then; the relink's fields are taken from the relink's record.
+
+    A record `dedup replay` skips is skipped here too, and logged: the state holds nothing of it, and on a
+    compacted topic it stays, so planning from it would refuse every relink for good.
     """
     from streams.kafka.journal import Position, read_to_end
+    from streams.kafka.replay import UNREADABLE, read_link
 
+    topic = settings.topics.links
     last: dict[str, tuple[Position, dict[str, Any]]] = {}
     relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
-    for message in read_to_end(settings, settings.topics.links):
+    for message in read_to_end(settings, topic):
+        partition, offset = message.partition(), message.offset()
         try:
-            record = orjson.loads(message.value() or b"")
-            seq = record.get("seq")
-            position = Position(
-                message.partition(), message.offset(), seq if isinstance(seq, int) and seq > 0 else None
+            record, recorded, _ = read_link(message.value())
+        except UNREADABLE as exc:
+            log.warning(
+                "%s[%s]@%s skipped, as replay skips it: %s: %s", topic, partition, offset, type(exc).__name__, exc
             )
-            doc_id = record["doc_id"]
-        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
-            continue  # replay and report say which records are unreadable
+            continue
+        doc_id = recorded.link.doc_id
+        position = Position(partition, offset, recorded.link.seq)
         for kept, wanted in ((last, True), (relinked, "decided_by" in record)):
             if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
                 kept[doc_id] = (position, record)

@@ -27,7 +27,8 @@ class QdrantVectorStore:
     def __init__(self, client: QdrantClient, prefix: str = "dedup") -> None:
         self.client = client
         self.prefix = prefix
-        self._ready: set[str] = set()
+        self._ready: dict[str, int] = {}
+        """Collections made ready (indexed), with the vector size each holds."""
 
     @classmethod
     def from_url(cls, url: str, api_key: str | None = None) -> QdrantVectorStore:
@@ -38,7 +39,7 @@ class QdrantVectorStore:
         """The model's collection name once it exists (index ensured); created only when `create`."""
         name = collection_name(self.prefix, model)
         if name in self._ready:
-            return name
+            return self._sized(name, model)
         exists = self.client.collection_exists(name)
         if not exists and not create:
             return None
@@ -54,7 +55,17 @@ class QdrantVectorStore:
         # Idempotent; also repairs a collection whose creator died before indexing it.
         self.client.create_payload_index(name, "published_at", field_schema=models.PayloadSchemaType.INTEGER, wait=True)
         self.client.create_payload_index(name, "language", field_schema=models.PayloadSchemaType.KEYWORD, wait=True)
-        self._ready.add(name)
+        vectors = self.client.get_collection(name).config.params.vectors
+        self._ready[name] = vectors.size if isinstance(vectors, models.VectorParams) else 0
+        return self._sized(name, model)
+
+    def _sized(self, name: str, model: ModelId) -> str:
+        """`name`, once its vectors are known to be of the model's size (a dimension of 0 asks nothing: a
+        removal); ValueError otherwise, as the embedded store refuses it, where the server would answer a
+        bad request for each vector."""
+        size = self._ready[name]
+        if model.dim and size and size != model.dim:
+            raise ValueError(f"collection {name} holds vectors of {size} dimensions, model {model} has {model.dim}")
         return name
 
     def add(
