@@ -18,7 +18,11 @@ Across languages:
 - thousands separators (`3,000`, and the Indian grouping `10,00,000`), decimals, and scale
   words in English and Bangla (`1.1 million` = 11 `লাখ`, `£2.8bn` = 2.8 `বিলিয়ন`) are
   folded into one value; a percentage is its number; Bangla `সাড়ে` N (N and a half),
-  N `দশমিক` M (N.M), `দেড়` (1.5) and `আড়াই` (2.5) are read as their values;
+  N `দশমিক` M (N.M), `দেড়` (1.5) and `আড়াই` (2.5) are read as their values, and so are vulgar
+  fractions (`2½`, which NFKC writes as 2, 1, U+2044, 2); amounts follow a currency symbol or
+  word (`$5m`, `Tk5,000 crore`, `Rs. 2000`: no year); a number after a short capitalised word
+  and a hyphen belongs to a name (`COVID-19`, `F-16`) and is no fact;
+- scores are `3-1` or `3:1` (a colon with two digits after it is a clock time);
 - clock times (`9:35 am`, `8am`) are dropped: translations write them as words or in other
   forms (`সকাল ৯টা ৩৫ মিনিটে`, `আড়াইটায়`), and a time alone rarely tells two stories apart;
   so are decades (`the 1980s` is no year);
@@ -128,13 +132,23 @@ _WEEKDAY = re.compile(
     r"\b(?P<en>Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?\b"
     rf"|(?P<bn>{_alternation(_bn(w) for w in _WEEKDAYS_BN)}){_BN_SUFFIX}(?![{_BN_LETTER}])"
 )
-_SCORE = re.compile(r"(?<![\d.,:/-])(\d{1,2}) ?- ?(\d{1,2})(?![\d.,:/%]|-\d|\s?(?:per|%))")
+_SCORE = re.compile(r"(?<![\d.,:/-])(\d{1,2})(?: ?- ?|:)(\d{1,2})(?![\d.,:/%]|-\d|\s?(?:per|%))")
+"""`3-1`, `3 - 1` and `3:1`; a colon with two digits after it (`2:10`) is a clock time, dropped before."""
+_CURRENCY_WORD = r"(?:Tk|TK|Rs|BDT|INR|USD)\.?"
+"""Currency words written before an amount, with or without a space (`Tk5,000 crore`, `Rs. 500`)."""
+_AFTER_CURRENCY_WORD = re.compile(rf"(?<![A-Za-z]){_CURRENCY_WORD}\s?$")
 _YEAR = re.compile(r"(?<![\d.,$£€₹৳])(1[89]\d\d|20\d\d)(?![\d%]|[.,]\d|\s?(?:percent|per cent|শতাংশ))")
 _NUMBER = re.compile(
-    rf"(?<![\w.,])(?P<cur>[$£€¥₹৳]\s?)?(?P<num>{_NUM})(?P<frac>\.\d+)?"
+    rf"(?<![\w.,])(?P<cur>(?:[$£€¥₹৳]|{_CURRENCY_WORD})\s?)?(?P<num>{_NUM})(?P<frac>\.\d+)?"
     rf"(?:[\s-]?(?P<scale>{_alternation(_bn(w) for w in _SCALES)})(?![A-Za-z])[{_BN_LETTER}]*"
     r"|(?P<curscale>[mkb])\b)?"
 )
+_NAME_BEFORE = re.compile(r"(?:(?<![A-Za-z])[A-Z][A-Za-z]{0,4}|[\u0900-\u0dff])-$")
+"""A short capitalised word or an Indic one, then a hyphen: the number after it is part of a name (`COVID-19`,
+`কোভিড-১৯`, `F-16`, `SARS-CoV-2`), not a fact; a long or lower-case word keeps it (`magnitude-6.0`, `mother-of-two`)."""
+_FRACTION = re.compile(r"(?<![\d.,])(?:(?P<whole>\d+) ?)?(?P<num>[1-9])\u2044(?P<den>[1-9]\d?)(?![\d.,]?\d)")
+"""A vulgar fraction as NFKC writes it, numerator one digit and U+2044 (FRACTION SLASH): `¾` is 3, U+2044, 4;
+`2½` is 2, 1, U+2044, 2 (and `2 ½` the same with a space). Read as its value, not as the numbers 21 and 2."""
 _EN_SMALL = [
     *("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen"),
     *("fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"),
@@ -306,6 +320,12 @@ def _number_value(match: re.Match[str]) -> str | None:
     return format_number(value)
 
 
+def _fraction_value(match: re.Match[str]) -> str:
+    """`2½` (after NFKC) as `2.5`, read then as one number; thirds to three places (0.333)."""
+    value = Decimal(match.group("whole") or 0) + Decimal(int(match.group("num"))) / int(match.group("den"))
+    return format_number(value.quantize(Decimal("0.001")))
+
+
 def format_number(value: Decimal) -> str:
     """A plain decimal without exponent or trailing zeros: `2.8e9` is `2800000000`, `4.50` is `4.5`."""
     text = f"{value.normalize():f}"
@@ -365,6 +385,8 @@ def extract_facts(text: str, number_words: bool = True) -> Facts:
     # Line by line: normalize_text collapses the newline that ends a headline (`document_text`).
     text = _ascii_digits("\n".join(normalize_text(line) for line in text[:MAX_TEXT_CHARS].splitlines()))
     names = _names(text)
+    if "\u2044" in text:
+        text = _FRACTION.sub(_fraction_value, text)
     bangla = any("\u0980" <= ch <= "\u09ff" for ch in text)
     if bangla:
         text = _BN_DECIMAL.sub(r"\1.\2", text)
@@ -409,12 +431,16 @@ def extract_facts(text: str, number_words: bool = True) -> Facts:
 
     years: list[tuple[int, str]] = []
     for m in _YEAR.finditer(work):
+        if _AFTER_CURRENCY_WORD.search(work, max(0, m.start() - 5), m.start()):
+            continue  # `Rs2000` is an amount, read below
         years.append((m.start(), m.group(1)))
         spans.append(m.span())
     work = _blank(text, spans)
 
     numbers: list[tuple[int, str]] = []
     for m in _NUMBER.finditer(work):
+        if _NAME_BEFORE.search(work, max(0, m.start() - 7), m.start()):
+            continue
         value = _number_value(m)
         if value is not None:
             numbers.append((m.start(), value))

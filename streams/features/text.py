@@ -38,11 +38,21 @@ _NON_CANONICAL = re.compile("[" + "".join(_CANONICAL_FORMS) + "]")
 # map them back so "য়" is one codepoint however it arrived.
 _BANGLA_RECOMPOSE = {"\u09a1\u09bc": "\u09dc", "\u09a2\u09bc": "\u09dd", "\u09af\u09bc": "\u09df"}
 _BANGLA_RE = re.compile("|".join(_BANGLA_RECOMPOSE))
-_INDIC_JOINERS = re.compile("(?<=[\u0900-\u0dff])[\u200c\u200d]+|[\u200c\u200d]+(?=[\u0900-\u0dff])")
+_JOINERS = re.compile("[\u200c\u200d]+")
+"""A whole run of joiners, matched once: a lookahead after the run would rescan it from every start (quadratic)."""
 
 
 def _canonical_form(match: re.Match[str]) -> str:
     return _CANONICAL_FORMS[match.group(0)]
+
+
+def _indic_joiners(match: re.Match[str]) -> str:
+    """The run dropped when a character of the Indic blocks (U+0900-U+0DFF) stands right before or after it."""
+    text, start, end = match.string, match.start(), match.end()
+    indic = (start > 0 and "\u0900" <= text[start - 1] <= "\u0dff") or (
+        end < len(text) and "\u0900" <= text[end] <= "\u0dff"
+    )
+    return "" if indic else match.group(0)
 
 
 def normalize_text(text: str) -> str:
@@ -55,7 +65,7 @@ def normalize_text(text: str) -> str:
     if "\u09bc" in text:
         text = _BANGLA_RE.sub(lambda m: _BANGLA_RECOMPOSE[m.group(0)], text)
     if "\u200c" in text or "\u200d" in text:
-        text = _INDIC_JOINERS.sub("", text)
+        text = _JOINERS.sub(_indic_joiners, text)
     return " ".join(text.split())
 
 

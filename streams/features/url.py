@@ -83,10 +83,15 @@ class SourceRules:
     """Per-host query parameters that identify an article (`keep_params`).
 
     Read from TOML, one table per host:  ["example.com"]  keep_params = ["id"].
-    A rule for `example.com` also applies to its subdomains.
+    A rule for `example.com` also applies to its subdomains. Names match in any case, as
+    tracking parameters do: `id` keeps `?ID=1001` (IIS and ASP.NET sites write it so).
     """
 
     keep_params: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        lowered = {host: frozenset(name.lower() for name in names) for host, names in self.keep_params.items()}
+        object.__setattr__(self, "keep_params", lowered)
 
     @classmethod
     def from_toml(cls, path: Path) -> SourceRules:
@@ -135,13 +140,13 @@ def _ascii_host(hostname: str) -> str:
 
 
 def _kept_query(query: str, allow: frozenset[str] | None) -> str:
-    """The query without tracking parameters (or with only `allow`), each pair left as it was written."""
+    """The query without tracking parameters (or with only `allow`, lower case), each pair left as it was written."""
     kept: list[str] = []
     for pair in query.split("&"):
         if not pair:
             continue
         name = unquote_plus(pair.split("=", 1)[0])
-        if (name in allow) if allow is not None else not _is_tracking(name):
+        if (name.lower() in allow) if allow is not None else not _is_tracking(name):
             kept.append(pair)
     return "&".join(kept)
 
