@@ -157,6 +157,31 @@ def test_a_duplicate_of_a_duplicate_is_skipped_not_fatal(client: redis.Redis, st
     assert got is None or got.canonical_id != "B", got  # never a chain
 
 
+def test_a_replay_that_skipped_the_newest_link_leaves_a_state_the_workers_take(
+    client: redis.Redis, stack: Stack
+) -> None:
+    """The chain's link held the topic's newest seq and was skipped: the replay moved the verdict counter past
+    the seqs it restored only, so every worker (which compares the counter with the newest seq at the end of
+    `dedup.links`) took the rebuilt state for one gone back to an older snapshot and waited for ever. A
+    replay now moves the counter past every seq it read, and the workers' store takes the state."""
+    from functools import partial
+
+    from streams.service.resources import recorded_seq
+
+    c = _link("C", seq=1)
+    b = _link("B", seq=2, verdict="duplicate", canonical_id="C", stage="simhash", score=2)
+    a = _link("A", seq=3, verdict="duplicate", canonical_id="B", stage="simhash", score=1)
+    _produce(stack, [c, b, a])
+    stats = _replay(stack, client)
+    assert (stats.restored, len(stats.bad)) == (2, 1), stats
+    settings = stack.settings()
+    worker = RedisStateStore(
+        client, f"{stack.name}:", settings.redis_bucket_bits, settings.retention,
+        recorded_seq=partial(recorded_seq, settings),
+    )  # fmt: skip
+    assert worker.verdict_of("C") is not None  # refused with StateLost ("went back") before
+
+
 def test_a_duplicate_of_itself_is_not_restored(client: redis.Redis, stack: Stack) -> None:
     """ "A redelivered document ... is never linked to itself." A `duplicate` record whose canonical_id was its
     own doc_id was restored as it was (the store's chain check passes over `target == doc_id`): A became a

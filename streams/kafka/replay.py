@@ -216,6 +216,11 @@ class LatestLinks:
             self._db.execute("CREATE INDEX decision_order ON latest (has_seq, seq, linked_at, part, off)")
             self._indexed = True
 
+    def newest_seq(self) -> int:
+        """The highest `seq` of every record read (a document's kept record holds its highest); 0: none."""
+        self._fold()
+        return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM latest").fetchone()[0])
+
     def count_through(self, order: Order) -> int:
         """How many documents come at or before `order`."""
         self._index()
@@ -488,10 +493,14 @@ class Restorer:
         self._written = self._client.get(self._checkpoint)
         self._hold(self._written or _BEGUN)
 
-    def done(self) -> None:
-        """The replay completed: the sweep's pass for the clock's day completed, as the workers complete it
-        (what replayed links left past its retention is removed), and the checkpoint removed (a later
-        replay checks every link again)."""
+    def done(self, newest_seq: int = 0) -> None:
+        """The replay completed: the verdict counter past `newest_seq` (the newest seq read, restored or
+        skipped), the sweep's pass for the clock's day completed, as the workers complete it (what replayed
+        links left past its retention is removed), and the checkpoint removed (a later replay checks every
+        link again)."""
+        if newest_seq:
+            self._own()
+            self.state.count_past(newest_seq)
         while True:
             with self._sweep_lock.held() as lease:
                 self._own()
@@ -636,7 +645,7 @@ def replay_links(
                         stats.already_there += not restored
                     if progress is not None:
                         progress.advance(len(chunk))
-            restorer.done()
+            restorer.done(latest.newest_seq())
         except redis.ConnectionError as exc:
             raise RuntimeError(f"lost Redis while restoring (run again to resume): {exc}") from None
         finally:

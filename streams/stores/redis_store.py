@@ -1040,6 +1040,13 @@ class RedisStateStore:
         ]
         return max(int(seen) for seen in self._run(calls))
 
+    def count_past(self, seq: int) -> None:
+        """Move the verdict counter past `seq` (never back): a replay that skipped a link it could not restore
+        still leaves its seq drawn, or the workers would take the state for one gone back (`_check_counter`)
+        and the seq could be given again."""
+        self._ensure_layout()
+        self._run([partial(self._at_least, keys=[self._vseq], args=[seq])])
+
     # The clock and retention
 
     def clock(self) -> int:
