@@ -14,6 +14,3 @@ def version_command() -> None:
     """Print the version."""
     typer.echo(__version__)
 
-
-def main() -> None:
-    app()

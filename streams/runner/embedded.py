@@ -251,6 +251,9 @@ def run(
         except KeyboardInterrupt:
             consistent = True  # held to document boundaries: every recorded verdict is written
             raise
+        except InputFailed as failed:
+            consistent = True  # what was read before it is decided and committed
+            raise failed.__cause__ from None
         finally:
             with interrupts:
                 for output in outputs:
@@ -276,6 +279,18 @@ def sweep(retention: RetentionSettings, state: SqliteStateStore, vectors: EdgeVe
     if vectors is not None and retention.vectors_s and clock:
         removed += vectors.expire_every_model(clock - retention.vectors_s)
     return removed
+
+
+class InputFailed(Exception):
+    """The input could not be read on (its `__cause__` says why), between two documents."""
+
+
+def _reading(lines: Iterator[InputLine]) -> Iterator[InputLine]:
+    """`lines`, an error of the reader's (not of the deciding between two lines) raised as InputFailed."""
+    try:
+        yield from lines
+    except (OSError, ValueError) as exc:
+        raise InputFailed from exc
 
 
 class _Run:
@@ -304,16 +319,25 @@ class _Run:
         self._verdicts_s = keep_seconds(settings.retention.verdicts_days)
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
+        """Decide every line; InputFailed (its cause the reader's error) once the lines read before the input
+        failed (a damaged gzip, a read error) are decided and committed: their verdicts are in the outputs
+        already, and the same command run again fails at the same place, so the state must hold them now."""
         started = last_commit = time.perf_counter()
         chunk: list[InputLine] = []
-        for line in lines:
-            chunk.append(line)
-            if len(chunk) == CHUNK:
+        try:
+            for line in _reading(lines):
+                chunk.append(line)
+                if len(chunk) == CHUNK:
+                    self._chunk(chunk)
+                    chunk = []
+                    if time.perf_counter() - last_commit >= COMMIT_SECONDS:
+                        self._commit()
+                        last_commit = time.perf_counter()
+        except InputFailed:
+            if chunk:
                 self._chunk(chunk)
-                chunk = []
-                if time.perf_counter() - last_commit >= COMMIT_SECONDS:
-                    self._commit()
-                    last_commit = time.perf_counter()
+            self._commit()
+            raise
         if chunk:
             self._chunk(chunk)
         self._commit()

@@ -21,12 +21,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from streams.stores.sqlite import SqliteStateStore
+from streams.stores.sqlite import SqliteStateStore, cannot_open
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS links (position INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, record BLOB NOT NULL);
@@ -50,7 +49,7 @@ class Journal:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
-            raise ValueError(f"{path} is no journal this version can open ({exc})") from None
+            raise cannot_open(path, "journal", exc) from None
         self._pending: dict[str, dict[str, bytes]] = {table: {} for table in _TABLES}
         self.position = self._last_position()
         """Where the committed link records end: a state committed after the journal notes it."""

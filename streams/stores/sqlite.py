@@ -77,6 +77,15 @@ _IN_LIMIT = 512
 """Values bound in one `IN (...)` (SQLite allows 32,766 since 3.32; older builds 999)."""
 
 
+def cannot_open(path: Path | str, what: str, exc: sqlite3.Error) -> ValueError:
+    """The one-line error for an SQLite file that would not open: another version's (or no SQLite file at all)
+    only where SQLite says so; else what it said, with the usual causes (a full disk said "no state file this
+    version can open" and sent people after their versions)."""
+    if any(sign in str(exc) for sign in ("not a database", "malformed")):
+        return ValueError(f"{path} is no {what} this version can open ({exc})")
+    return ValueError(f"cannot open {path}: {exc} (a full disk, a read-only folder, or no permission to write)")
+
+
 def _to_signed(value: int) -> int:
     """SQLite integers are signed 64-bit; store the unsigned fingerprint in two's complement."""
     return value - (1 << 64) if value >= _SIGN else value
@@ -112,7 +121,7 @@ class SqliteStateStore:
             self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as exc:
-            raise ValueError(f"{path} is no state file this version can open ({exc})") from None
+            raise cannot_open(path, "state file", exc) from None
         self._db.execute("PRAGMA synchronous=NORMAL")
         # The default 2 MB page cache thrashes once the indexes outgrow it (tens of
         # thousands of documents); SQLite takes only what it uses of these limits.

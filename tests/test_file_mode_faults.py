@@ -1,0 +1,110 @@
+"""Faults on the file mode (`dedup run` on files): a damaged input, a full disk, Ctrl-C while it starts; then
+the same command again. Each test is a fault that once broke a guarantee (outputs and state agree, one-line
+errors that name the cause)."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.evaluation.corpus import synthetic_articles
+
+CHEAP = ("--stages", "url,content,simhash", "-q")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def test_a_damaged_gzip_leaves_verdicts_in_the_outputs_that_the_state_forgets(tmp_path: Path) -> None:
+    """A gzip cut short failed the run after 512 documents were decided and written to links.jsonl and
+    deduped.jsonl, and the state was never committed (the run took under COMMIT_SECONDS); the same command
+    again failed the same way, so it never was. A re-crawl of a canonical the outputs had published became a
+    second canonical of the same URL key. What was read before an input fails is now decided and committed,
+    then the error said: the re-crawl links to its canonical."""
+    records = list(synthetic_articles(600, seed=5))
+    packed = gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    day1 = tmp_path / "day1.jsonl.gz"
+    day1.write_bytes(packed[:-12])  # the end of the stream is missing
+    out = tmp_path / "out"
+    for _ in range(2):  # the command, and the same command again
+        failed = _run("run", str(day1), "--out", str(out), *CHEAP)
+        assert failed.returncode == 2 and "damaged gzip" in failed.stderr, failed.stderr
+    links = {link["doc_id"]: link for link in _read(out / "links.jsonl")}
+    first = records[0]
+    assert links[first["id"]]["verdict"] == "unique"  # written and published by the failed run
+    assert first["id"] in {article["id"] for article in _read(out / "deduped.jsonl")}
+
+    recrawl = {**first, "id": "recrawl-of-" + first["id"], "url": first["url"] + "?utm_source=feed"}
+    day2 = tmp_path / "day2.jsonl"
+    day2.write_bytes(orjson.dumps(recrawl) + b"\n")
+    second = _run("run", str(day2), "--out", str(out), *CHEAP)
+    assert second.returncode == 0, second.stderr
+    verdict = {link["doc_id"]: link for link in _read(out / "links.jsonl")}[recrawl["id"]]
+    assert (verdict["verdict"], verdict["canonical_id"]) == ("duplicate", first["id"]), verdict
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs filled to the last block."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        (mount / "out").mkdir()
+        with open(mount / "filler", "wb", buffering=0) as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 4096)
+            except OSError:
+                pass
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_not_reported_as_a_state_file_of_another_version(full_disk: Path) -> None:
+    """On a full disk the state file cannot be created; the one-line error said the file was "no state file
+    this version can open", which sent the user after a version problem (or to delete the state) instead of
+    freeing space. It now says what SQLite said, with the usual causes."""
+    sample = Path(__file__).resolve().parents[1] / "examples" / "articles.jsonl"
+    result = _run("run", str(sample), "--out", str(full_disk / "out"), *CHEAP)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert "this version can open" not in result.stderr, result.stderr
+
+
+def test_ctrl_c_while_the_command_starts_is_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C in the first second (the CLI imports numpy, numba, pydantic before any command runs) ended in a
+    Python traceback of the import machinery and exit -SIGINT; it is now one line and code 130."""
+    import signal
+    import time
+
+    sample = Path(__file__).resolve().parents[1] / "examples" / "articles.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streams", "run", str(sample), "--out", str(tmp_path / "out"), *CHEAP],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.15)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert "Traceback" not in stderr, stderr[-400:]
+    assert process.returncode in (0, 130)
