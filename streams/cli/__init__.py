@@ -13,4 +13,3 @@ from streams.cli.common import app
 def version_command() -> None:
     """Print the version."""
     typer.echo(__version__)
-

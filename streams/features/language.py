@@ -38,7 +38,11 @@ def normalize_language(label: str) -> str | None:
         code = None
     if (code is None or not langcodes.tag_is_valid(code)) and len(label) > 3 and _NAME.fullmatch(label):
         try:
-            code = langcodes.find(label).language
+            # The name's code as a tag's is read (macrolanguage and all): "Tagalog" gave `tl` where `tl`, and
+            # CLD2's own answer, give `fil`, and one article's copies landed in two languages.
+            code = langcodes.Language.get(
+                langcodes.standardize_tag(langcodes.find(label).language, macro=True)
+            ).language
         except LookupError:
             return None
     if not code or not code.isalpha() or code in _NO_LANGUAGE or not langcodes.tag_is_valid(code):

@@ -50,13 +50,17 @@ class Rejection:
     raw: bytes
 
 
+_RFC2822_LEAP = re.compile(r"(\d\d:\d\d):60(?=\s|$)")
+"""A leap second in an RFC 2822 time, read as the second before it (as the RFC 3339 path reads one)."""
+
+
 def parse_timestamp(value: str) -> int:
     """RFC 3339 (ISO 8601), or RFC 2822 as RSS feeds write it, to Unix seconds; without an offset, UTC."""
     try:
         moment = datetime.fromisoformat(_iso_form(value.strip()))
     except ValueError:
         try:
-            moment = parsedate_to_datetime(value)
+            moment = parsedate_to_datetime(_RFC2822_LEAP.sub(r"\1:59", value))  # RFC 2822 3.3 allows :60
         except (ValueError, TypeError, IndexError):
             raise ValueError(f"published_at {value!r} is not an RFC 3339 or RFC 2822 date-time") from None
     return int(_utc(moment, f"published_at {value!r}").timestamp())
@@ -185,7 +189,7 @@ class Featurizer:
             title, body = article.get("title"), usable_body(article)
             if body is None:
                 extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
-                title = title or extracted_title
+                title = title if title and title.strip() else extracted_title  # a blank title is none
         except (UrlError, ExtractionError, ValueError) as exc:
             return Rejection(str(exc), raw)
         return _Pending(index, article, raw, normalized, title, body)
@@ -260,7 +264,8 @@ class Featurizer:
         text = body_text(article)
         if text is None:
             extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
-            text = document_text(article.get("title") or extracted_title, body)
+            given = article.get("title")
+            text = document_text(given if given and given.strip() else extracted_title, body)
         _check_text(text)
         published_at = _published_at(article, ingest_time)
         u_hash, c_hash = url_hash(normalized), content_hash(text)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from streams.core.model import Document
-from streams.records.article import body_text
+from streams.records.article import body_text, usable_body
 from streams.records.output import now_rfc3339
 
 _FIELDS = tuple(Document.__dataclass_fields__)
@@ -27,8 +27,8 @@ _ENVELOPE_BYTES = 4096
 
 def stage_record(doc: Document, received_ms: int) -> bytes:
     fields = {name: getattr(doc, name) for name in _FIELDS}  # not asdict: it deep-copies the article
-    if doc.article.get("body") is not None:
-        del fields["text"]  # rebuilt on arrival: the article travels once
+    if usable_body(doc.article) is not None:
+        del fields["text"]  # rebuilt on arrival: the article travels once (a blank body beside html has no text)
     return orjson.dumps({**fields, "simhash": f"{doc.simhash:016x}", "received_ms": received_ms})
 
 
