@@ -8,41 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
-from typer.testing import CliRunner
 
 from streams.calibration.thresholds import load_thresholds_file
-from streams.cli import app
 from streams.config import Settings
 from streams.labelling.pairs import LabelWriter, band_of, read_labels
 from streams.labelling.review import review_pairs
+from tests.test_calibration import invoke
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def invoke(*args: object) -> Any:
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
-
-
-def dedup(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streams", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-        cwd=REPO,
-    )
 
 
 def label(number: int, score: float, duplicate: bool, model: str = "toy@1", **extra: Any) -> dict[str, Any]:

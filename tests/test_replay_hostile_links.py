@@ -11,10 +11,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
 import pytest
 import redis
-from confluent_kafka import Producer
 from qdrant_client import QdrantClient
 
 from streams.core.model import DAY_S, Link, Verdict
@@ -25,9 +23,7 @@ from streams.records.article import format_timestamp
 from streams.service.relink import relink_service
 from streams.stores.redis_store import RedisStateStore
 from streams.vectors.qdrant_server import QdrantVectorStore
-
-T0 = 1_700_000_000  # 2023-11-14: well before the wall clock, no clamp bites
-
+from tests.test_replay_edge_cases import T0, _link, _produce, _store
 
 # --- helpers ---------------------------------------------------------------------------------------------
 
@@ -52,39 +48,6 @@ def vectors() -> Iterator[QdrantVectorStore]:
     store = QdrantVectorStore(QdrantClient(location=":memory:"), prefix=f"t{uuid.uuid4().hex}")
     yield store
     store.close()
-
-
-def _link(doc_id: str, **fields: Any) -> dict[str, Any]:
-    """A valid `dedup.links` record (a unique canonical unless told otherwise)."""
-    record: dict[str, Any] = {
-        "doc_id": doc_id,
-        "verdict": "unique",
-        "canonical_id": doc_id,
-        "stage": None,
-        "score": None,
-        "linked_at": "2026-11-01T00:00:00.000Z",
-        "model": None,
-        "url_hash": uuid.uuid5(uuid.NAMESPACE_URL, f"u{doc_id}").hex * 2,
-        "content_hash": uuid.uuid5(uuid.NAMESPACE_URL, f"c{doc_id}").hex * 2,
-        "simhash": f"{hash(doc_id) & 0xFFFF_FFFF_FFFF_FFFF:016x}",
-        "language": "en",
-        "published_at": format_timestamp(T0),
-    }
-    record.update(fields)
-    return record
-
-
-def _produce(stack: Stack, records: list[dict[str, Any]]) -> None:
-    producer = Producer({"bootstrap.servers": stack.bootstrap, "linger.ms": 5})
-    for record in records:
-        key = record["doc_id"] if isinstance(record["doc_id"], str) else "odd"
-        producer.produce(stack.settings().topics.links, orjson.dumps(record), key.encode())
-    assert producer.flush(30) == 0
-
-
-def _store(client: redis.Redis, stack: Stack) -> RedisStateStore:
-    settings = stack.settings()
-    return RedisStateStore(client, f"{stack.name}:", settings.redis_bucket_bits, settings.retention)
 
 
 def _replay(stack: Stack, client: redis.Redis, vectors: Any = None, **options: Any) -> KafkaReplayStats:

@@ -17,7 +17,7 @@ import numpy as np
 
 from streams.core.model import ModelId, Neighbour
 from streams.core.ports import VectorStore
-from streams.vectors.common import best_neighbour, cosine
+from streams.vectors.common import WindowSearch, best_neighbour, cosine
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class _Pending:
     facts: dict[str, list[str]] | None = None
 
 
-class BatchedVectors:
+class BatchedVectors(WindowSearch):
     """Searches the store and this batch's held additions; writes the additions on `flush`."""
 
     def __init__(self, store: VectorStore) -> None:
@@ -73,13 +73,6 @@ class BatchedVectors:
         """`expire` for every model of the store, held additions too."""
         self._pending = [item for item in self._pending if item.published_at >= before]
         return self._store.expire_every_model(before)
-
-    def nearest(
-        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
-    ) -> Neighbour | None:
-        """`nearest_between` within `window_s` of `published_at`, both sides."""
-        low, high = published_at - window_s, published_at + window_s
-        return self.nearest_between(model, vector, low, high, language, same_language)
 
     def nearest_between(
         self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool

@@ -124,3 +124,19 @@ def nearest_with_ties(search: Callable[[int], list[Neighbour]], k: int = TOP_K) 
         if any(round(h.score, SCORE_DECIMALS) < top for h in hits):
             return best
         limit *= 4
+
+
+class WindowSearch:
+    """`nearest` about a date, for a store that searches a range of dates (`nearest_between`)."""
+
+    def nearest(
+        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        """`nearest_between` within `window_s` of `published_at`, both sides."""
+        low, high = published_at - window_s, published_at + window_s
+        return self.nearest_between(model, vector, low, high, language, same_language)
+
+    def nearest_between(
+        self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
+    ) -> Neighbour | None:
+        raise NotImplementedError

@@ -14,12 +14,12 @@ import numpy as np
 import qdrant_edge as qe
 
 from streams.core.model import ModelId, Neighbour
-from streams.vectors.common import as_vector, model_dir_name, nearest_with_ties, payload, point_id
+from streams.vectors.common import WindowSearch, as_vector, model_dir_name, nearest_with_ties, payload, point_id
 
 _CONFIG_FILE = "edge_config.json"
 
 
-class EdgeVectorStore:
+class EdgeVectorStore(WindowSearch):
     """A `VectorStore` over one folder of Qdrant Edge shards, one shard per model.
 
     A shard is locked by its write-ahead log while open: one store per folder at a
@@ -106,13 +106,6 @@ class EdgeVectorStore:
         """`expire` for the shard of every model in the folder: the one in use and any used before it, whose
         vectors would otherwise be kept for ever once a state moves to another model."""
         return sum(_expired(self._opened(name, None), before) for name in self.shard_names())
-
-    def nearest(
-        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
-    ) -> Neighbour | None:
-        """`nearest_between` within `window_s` of `published_at`, both sides."""
-        low, high = published_at - window_s, published_at + window_s
-        return self.nearest_between(model, vector, low, high, language, same_language)
 
     def nearest_between(
         self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool

@@ -12,6 +12,7 @@ from qdrant_client import QdrantClient, models
 
 from streams.core.model import ModelId, Neighbour
 from streams.vectors.common import (
+    WindowSearch,
     as_vector,
     collection_name,
     nearest_with_ties,
@@ -21,7 +22,7 @@ from streams.vectors.common import (
 )
 
 
-class QdrantVectorStore:
+class QdrantVectorStore(WindowSearch):
     """A `VectorStore` over a Qdrant server, collections named `{prefix}_{model}_{version}`."""
 
     def __init__(self, client: QdrantClient, prefix: str = "dedup") -> None:
@@ -113,13 +114,6 @@ class QdrantVectorStore:
         if count:
             self.client.delete(name, points_selector=models.FilterSelector(filter=old), wait=True)
         return count
-
-    def nearest(
-        self, model: ModelId, vector: np.ndarray, published_at: int, window_s: int, language: str, same_language: bool
-    ) -> Neighbour | None:
-        """`nearest_between` within `window_s` of `published_at`, both sides."""
-        low, high = published_at - window_s, published_at + window_s
-        return self.nearest_between(model, vector, low, high, language, same_language)
 
     def nearest_between(
         self, model: ModelId, vector: np.ndarray, low: int, high: int, language: str, same_language: bool
