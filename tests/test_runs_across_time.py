@@ -7,6 +7,8 @@ after it).
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import time
 from collections import Counter
@@ -16,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from streams.config import RetentionSettings, Settings
 from streams.core.model import DAY_S, Stage
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
+from streams.stores.sqlite import SqliteStateStore
 
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
 TEXT_A = " ".join(f"alpha{i} beta{i % 7} gamma{i % 11}" for i in range(120))
@@ -286,3 +290,38 @@ def test_a_late_crawled_articles_verdict_is_replayed_with_the_stamp_the_live_sta
     sql = "SELECT doc_id, verdict, stamp FROM verdicts ORDER BY doc_id"
     assert _rows(rebuilt / "state.sqlite3", sql) == _rows(paths.state / "state.sqlite3", sql)
     assert dict((d, s) for d, _, s in _rows(paths.state / "state.sqlite3", sql))["original"] >= now
+
+
+def test_a_file_replay_stopped_by_ctrl_c_mid_document_then_run_again_counts_each_member_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reached `dedup replay` right after a duplicate's group grew and before its verdict was recorded:
+    the replay committed what it held on the way out, the grown group without the verdict, and run again it
+    restored the duplicate again and counted it twice. A Ctrl-C now waits for the document in hand, as in
+    `dedup run`, and what is committed ends at a document boundary."""
+    settings = Settings(stages=CHEAP)
+    t0 = int(time.time()) - DAY_S
+    _, paths = _run(
+        tmp_path,
+        settings,
+        [
+            _article("canonical", "https://g.example.com/a", TEXT_A, t0),
+            _article("copy", "https://g.example.com/a?utm_source=x", TEXT_B, t0),
+        ],
+    )
+    grow = SqliteStateStore.grow_group
+
+    def grow_then_ctrl_c(self: SqliteStateStore, canonical_id: str, published_at: int | None = None) -> int:
+        grown = grow(self, canonical_id, published_at)
+        os.kill(os.getpid(), signal.SIGINT)  # a person's Ctrl-C, arriving right here
+        return grown
+
+    monkeypatch.setattr(SqliteStateStore, "grow_group", grow_then_ctrl_c)
+    rebuilt = tmp_path / "rebuilt"
+    with pytest.raises(KeyboardInterrupt):
+        replay_files(
+            [str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout
+        )
+    monkeypatch.undo()
+    replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
+    assert _group_sizes(rebuilt) == _group_sizes(paths.state) == [("canonical", 2)]

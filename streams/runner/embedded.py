@@ -164,7 +164,7 @@ def note_owner(paths: RunPaths) -> None:
     os.replace(temporary, paths.owner)
 
 
-class _Interrupts:
+class Interrupts:
     """Ctrl-C waits while a document is decided and written, and while the state commits.
 
     Elsewhere (reading, parsing, embedding) it stops the run at once: every verdict
@@ -215,7 +215,7 @@ def run(
     `on_progress` hears, after each line is decided or rejected, how many lines and how many
     input bytes are done. `force` starts over outputs that belong to another state folder.
     """
-    interrupts = _Interrupts()
+    interrupts = Interrupts()
     with ExitStack() as held, interrupts.installed():
         held.enter_context(locked(paths.out, "output folder"))
         if paths.state.resolve() != paths.out.resolve():
@@ -301,7 +301,7 @@ class _Run:
         state: tuple[SqliteStateStore, Journal, EdgeVectorStore | None],
         embedder: Embedder | None,
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
-        interrupts: _Interrupts,
+        interrupts: Interrupts,
         on_progress: Callable[[int, int], None] | None,
     ) -> None:
         self._settings = settings

@@ -21,7 +21,7 @@ from streams.core.model import clamped, expired, keep_seconds
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
-from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
+from streams.runner.embedded import COMMIT_SECONDS, Interrupts, locked, sweep
 from streams.runner.jsonl import read_lines
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
@@ -49,7 +49,8 @@ def replay_files(
         configured = Settings()
         retention = retention or configured.retention
         band_layout = band_layout or configured.simhash.band_layout
-    with locked(state_dir):
+    interrupts = Interrupts()
+    with locked(state_dir), interrupts.installed():
         state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention, band_layout=band_layout)
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
@@ -64,6 +65,14 @@ def replay_files(
                 journal.link(recorded.link.doc_id, state.journal_mark) is not None
             )
 
+        def commit() -> None:
+            journal.commit()
+            state.note_journal(journal.position)
+            state.note_vector_shards(vectors.shard_names())
+            state.commit()
+            sweep(retention, state, vectors)
+
+        consistent = False
         try:
             if (problem := vectors.missing(state.vector_shards())) is not None:
                 raise ValueError(problem)  # its canonicals would be skipped as there, their vectors still lost
@@ -86,31 +95,35 @@ def replay_files(
                         stats.bad.append(f"{source}:{line.line_no}: {why}")
                         continue
                     first = False
-                    state.advance(clamped(recorded.published_at, time.time()))
-                    if restore(recorded, state, vectors, retention, taken_in):
-                        stats.restored += 1
-                        journal.put_link(record)
-                    else:
-                        stats.already_there += 1
-                        if journal.link(recorded.link.doc_id) is None:
+                    with interrupts:  # a link is restored whole, journal record and all, or not at all
+                        state.advance(clamped(recorded.published_at, time.time()))
+                        if restore(recorded, state, vectors, retention, taken_in):
+                            stats.restored += 1
                             journal.put_link(record)
-                        # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks
-                        # what a relink's record says of it (decided_by, previous), which relink reads.
+                        else:
+                            stats.already_there += 1
+                            if journal.link(recorded.link.doc_id) is None:
+                                journal.put_link(record)
+                            # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks
+                            # what a relink's record says of it (decided_by, previous), which relink reads.
                     uncommitted += 1
                     if uncommitted >= COMMIT_LINKS or time.perf_counter() - last_commit >= COMMIT_SECONDS:
-                        journal.commit()
-                        state.note_journal(journal.position)
-                        state.note_vector_shards(vectors.shard_names())
-                        state.commit()
-                        sweep(retention, state, vectors)
+                        with interrupts:
+                            commit()
                         last_commit, uncommitted = time.perf_counter(), 0
-            journal.commit()
-            state.note_journal(journal.position)
-            state.note_vector_shards(vectors.shard_names())
-            state.commit()
-            sweep(retention, state, vectors)
+            with interrupts:
+                commit()
+            consistent = True
+        except KeyboardInterrupt:
+            consistent = True  # held to link boundaries: what the state holds is whole
+            raise
         finally:
-            journal.close()
-            state.close()
-            vectors.close()
+            with interrupts:
+                if consistent:
+                    journal.close()
+                    state.note_journal(journal.position)
+                    state.close()
+                # Otherwise both stay at their last commit (a link restored in part is never kept) and
+                # the next replay restores the rest again.
+                vectors.close()
     return stats
