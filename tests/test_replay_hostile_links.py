@@ -228,3 +228,25 @@ def test_the_service_relink_skips_a_record_the_replay_skips(
     assert (stats.restored, len(stats.bad)) == (2, 1), stats  # the replay copes
     result = relink_service(stack.settings(), cutoff=Cutoff(0.95, "same"))
     assert [r.doc_id for r in result.plan.refused] == ["A"], result.plan
+
+
+@pytest.mark.parametrize(
+    "previous",
+    [{"verdict": "bogus", "canonical_id": "C"}, {"verdict": "duplicate"}],
+    ids=["unknown-verdict", "no-canonical"],
+)
+def test_a_garbled_previous_verdict_does_not_refuse_every_relink(
+    client: redis.Redis, stack: Stack, previous: dict[str, Any]
+) -> None:
+    """A relink's record says which verdict it replaced (`previous`); the replay never reads it, so a record with
+    a garbled one was restored, and then every `dedup relink` planning from the topic raised on it (a KeyError
+    or ValueError), for good on a compacted topic. A `previous` that cannot be read is now taken as unknown:
+    the relink plans from the rest."""
+    c = _link("C", seq=1)
+    a = _link("A", seq=2, verdict="duplicate", canonical_id="C", stage="semantic", score=0.9, model="m@1")
+    b = _link("B", seq=3, verdict="unlinked", decided_by="threshold", reason="below the cut-off", previous=previous)
+    _produce(stack, [c, a, b])
+    stats = _replay(stack, client)
+    assert (stats.restored, len(stats.bad)) == (3, 0), stats
+    result = relink_service(stack.settings(), cutoff=Cutoff(0.95, "same"))
+    assert [r.doc_id for r in result.plan.refused] == ["A"], result.plan

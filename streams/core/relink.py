@@ -196,20 +196,22 @@ class _Doc:
 
     @property
     def previous(self) -> Link | None:
-        """The verdict a relink replaced with this one (None for the cascade's own)."""
+        """The verdict a relink replaced with this one (None for the cascade's own, and for one that cannot be
+        read: the replay never reads it, so a garbled one is restored, and planning on it would refuse every
+        relink for as long as the compacted topic keeps it)."""
         earlier = self.record.get("previous")
         if not isinstance(earlier, dict):
             return None
-        stage = earlier.get("stage")
-        return Link(
-            self.link.doc_id,
-            Verdict(earlier["verdict"]),
-            earlier["canonical_id"],
-            Stage(stage) if stage else None,
-            earlier.get("score"),
-            earlier.get("model"),
-            content=self.link.content,
-        )
+        canonical_id, stage, score, model = (earlier.get(k) for k in ("canonical_id", "stage", "score", "model"))
+        if not isinstance(canonical_id, str) or not canonical_id or not isinstance(model, str | None):
+            return None
+        if not isinstance(score, int | float | None) or isinstance(score, bool):
+            return None
+        try:
+            verdict, stage = Verdict(earlier.get("verdict")), Stage(stage) if stage else None
+        except ValueError:
+            return None
+        return Link(self.link.doc_id, verdict, canonical_id, stage, score, model, content=self.link.content)
 
 
 def _key(record: dict[str, Any], stage: Stage) -> str:
