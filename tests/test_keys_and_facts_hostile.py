@@ -119,6 +119,20 @@ def test_fact_check_reads_colon_scores() -> None:
     assert disagreement(a, b) is not None, (a.to_json(), b.to_json())
 
 
+@pytest.mark.parametrize("minus", ["-", "\u2212", "\u2013"])  # hyphen-minus, minus sign, en dash as typeset
+def test_fact_check_reads_a_minus_sign(minus: str) -> None:
+    """`fell to -5 degrees` and `rose to 5 degrees` were both read as the number 5 and agreed, and so did a
+    fall of -3.2 percent and a rise of 3.2. A minus written before a number (after a space, a bracket or at
+    the start) now makes it negative; a hyphen between two numbers (`300-450`) or after a name (`F-16`) does not."""
+    a = text_facts(f"Temperatures fell to {minus}5 degrees in Dhaka and the index lost {minus}3.2 percent.")
+    b = text_facts("Temperatures rose to 5 degrees in Dhaka and the index gained 3.2 percent.")
+    assert a.numbers == ("-5", "-3.2"), a.numbers
+    assert disagreement(a, b) is not None, (a.numbers, b.numbers)
+    assert text_facts(f"Between 300{minus}450 people were hurt.").numbers == ("300", "450")
+    assert text_facts(f"The F{minus}16 landed ({minus}0 degrees).").numbers == ("0",)
+    assert text_facts(f"Storm {minus} 5 people died.").numbers == ("5",)
+
+
 # ------------------------------------------------------------------------------------------ URL
 
 

@@ -17,7 +17,8 @@ Across languages:
   ASCII through `unicodedata`, so Bangla 10,000 is 10,000;
 - thousands separators (`3,000`, and the Indian grouping `10,00,000`), decimals, and scale
   words in English and Bangla (`1.1 million` = 11 `লাখ`, `£2.8bn` = 2.8 `বিলিয়ন`) are
-  folded into one value; a percentage is its number; Bangla `সাড়ে` N (N and a half),
+  folded into one value; a minus sign (or a dash, which NFKC and `normalize_text` make a hyphen) right
+  before a number makes it negative (`-5 degrees`); a percentage is its number; Bangla `সাড়ে` N (N and a half),
   N `দশমিক` M (N.M), `দেড়` (1.5) and `আড়াই` (2.5) are read as their values, and so are vulgar
   fractions (`2½`, which NFKC writes as 2, 1, U+2044, 2); amounts follow a currency symbol or
   word (`$5m`, `Tk5,000 crore`, `Rs. 2000`: no year); a number after a short capitalised word
@@ -139,7 +140,7 @@ _CURRENCY_WORD = r"(?:Tk|TK|Rs|BDT|INR|USD)\.?"
 _AFTER_CURRENCY_WORD = re.compile(rf"(?<![A-Za-z]){_CURRENCY_WORD}\s?$")
 _YEAR = re.compile(r"(?<![\d.,$£€₹৳])(1[89]\d\d|20\d\d)(?![\d%]|[.,]\d|\s?(?:percent|per cent|শতাংশ))")
 _NUMBER = re.compile(
-    rf"(?<![\w.,])(?P<cur>(?:[$£€¥₹৳]|{_CURRENCY_WORD})\s?)?(?P<num>{_NUM})(?P<frac>\.\d+)?"
+    rf"(?<![\w.,])(?P<sign>-(?=\d))?(?P<cur>(?:[$£€¥₹৳]|{_CURRENCY_WORD})\s?)?(?P<num>{_NUM})(?P<frac>\.\d+)?"
     rf"(?:[\s-]?(?P<scale>{_alternation(_bn(w) for w in _SCALES)})(?![A-Za-z])[{_BN_LETTER}]*"
     r"|(?P<curscale>[mkb])\b)?"
 )
@@ -317,6 +318,8 @@ def _number_value(match: re.Match[str]) -> str | None:
         value = value.scaleb(_SCALES.get(scale.lower()) or _BN_SCALES.get(scale, 0))
     elif match.group("curscale") and match.group("cur"):
         value = value.scaleb(_CURRENCY_SCALES[match.group("curscale")])
+    if match.group("sign") and value:
+        value = -value  # `-5 degrees` is not `5 degrees`; `-0` is 0
     return format_number(value)
 
 
