@@ -128,7 +128,8 @@ def replay_command(
         stats = replay_files(links, state, on_bytes=lambda n: progress.advance(task, n))
     replay_report(
         f"replayed {stats.read} links into {state}: {stats.restored} restored,"
-        f" {stats.already_there} already there, {len(stats.bad)} unreadable",
+        f" {stats.already_there} already there, {len(stats.bad)} unreadable"
+        + (f"; {stats.candidates} candidate records (candidates.jsonl)" if stats.candidates else ""),
         stats.bad,
         quiet,
     )

@@ -71,7 +71,9 @@ class ReplayStats:
     restored: int = 0
     already_there: int = 0
     bad: list[str] = field(default_factory=list)
-    """Where and why each link that could not be read was skipped (never fatal)."""
+    """Where and why each link (or candidate record) that could not be read was skipped (never fatal)."""
+    candidates: int = 0
+    """Candidate records put in the journal (a file replay's candidates.jsonl; the service reads its topic)."""
 
 
 def restore(

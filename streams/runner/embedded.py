@@ -73,6 +73,12 @@ class RunPaths:
         return self.out / "rejected.jsonl"
 
     @property
+    def candidates(self) -> Path:
+        """The semantic stage's candidate records (`dedup.candidates` as a file): what `dedup replay` gives a
+        rebuilt state's journal, so that relink can unlink an embedded duplicate there too."""
+        return self.out / "candidates.jsonl"
+
+    @property
     def summary(self) -> Path:
         return self.out / "summary.json"
 
@@ -102,6 +108,12 @@ def link_identity(record: dict[str, Any]) -> object:
     return [record.get(name) for name in fields]
 
 
+def candidate_identity(record: dict[str, Any]) -> object:
+    """A candidate record re-made on resume is the same record though its neighbours' scores may round apart."""
+    fields = ("doc_id", "model", "verdict", "canonical_id")
+    return [record.get(name) for name in fields]
+
+
 def deduped_identity(record: dict[str, Any]) -> object:
     return [record.get("id"), article_features(record).get("content_hash")]
 
@@ -120,7 +132,9 @@ def _claim_outputs(paths: RunPaths, force: bool) -> bool:
     the state remembers as published.
     """
     state = str(paths.state.resolve())
-    written = any(p.exists() and p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected))
+    written = any(
+        p.exists() and p.stat().st_size for p in (paths.links, paths.deduped, paths.rejected, paths.candidates)
+    )
     owner = _owner(paths)
     theirs = written and owner != state
     if theirs and not force:
@@ -210,7 +224,7 @@ def run(
     on_progress: Callable[[int, int], None] | None = None,
     force: bool = False,
 ) -> RunStats:
-    """Decide every document of `sources`; add links, deduped and rejected records under `paths.out`.
+    """Decide every document of `sources`; add links, deduped, rejected and candidate records under `paths.out`.
 
     `on_progress` hears, after each line is decided or rejected, how many lines and how many
     input bytes are done. `force` starts over outputs that belong to another state folder.
@@ -241,6 +255,7 @@ def run(
             JsonlOutput(paths.links, link_identity, fresh=fresh),
             JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
+            JsonlOutput(paths.candidates, candidate_identity, fresh=fresh),
         )
         held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
         consistent = False
@@ -300,7 +315,7 @@ class _Run:
         cascade: Cascade,
         state: tuple[SqliteStateStore, Journal, EdgeVectorStore | None],
         embedder: Embedder | None,
-        outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput],
+        outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: Interrupts,
         on_progress: Callable[[int, int], None] | None,
     ) -> None:
@@ -309,7 +324,7 @@ class _Run:
         self._state, self._journal, self._vector_store = state
         self._embedder = embedder
         self._outputs = outputs
-        self._links, self._deduped, self._rejected = outputs
+        self._links, self._deduped, self._rejected, self._candidates = outputs
         self._interrupts = interrupts
         self._on_progress = on_progress
         self._done_lines = self._done_bytes = 0
@@ -424,9 +439,11 @@ class _Run:
             if decision.candidates is not None and vector is not None:
                 semantic = self._settings.semantic
                 model = str(self._cascade.model)
-                self._journal.put_candidate(
-                    candidate_record(link, doc, vector, decision.candidates, model, semantic.candidate_text_chars)
+                candidate = candidate_record(
+                    link, doc, vector, decision.candidates, model, semantic.candidate_text_chars
                 )
+                self._candidates.write(candidate)
+                self._journal.put_candidate(candidate)
         if decision.group_size is not None:
             self.stats.see_group(link.canonical_id, decision.group_size)
         if link.publishes and not decision.repeated:

@@ -6,6 +6,10 @@ order already), so memory holds what waits for the next commit: at most `COMMIT_
 
 The state's clock follows the records' `published_at` (clamped as `dedup run` clamps it) and each
 commit is followed by a sweep, so a replayed state ages as the live one did.
+
+The candidates.jsonl beside a links.jsonl (its run's semantic candidate records) goes into the journal
+after that file's links, the latest record of a document last: relink reads a document's article and
+vector there to unlink it, as it does in the state folder the run wrote.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -111,6 +116,16 @@ def replay_files(
                         with interrupts:
                             commit()
                         last_commit, uncommitted = time.perf_counter(), 0
+                beside = Path(source).with_name("candidates.jsonl")
+                if Path(source).name == "links.jsonl" and beside.is_file():
+                    for line in read_lines([str(beside)]):
+                        problem = _candidate_problem(line.raw)
+                        if problem is not None:
+                            stats.bad.append(f"{beside}:{line.line_no}: {problem}")
+                            continue
+                        with interrupts:
+                            journal.put_candidate(orjson.loads(line.raw))
+                        stats.candidates += 1
             with interrupts:
                 commit()
             consistent = True
@@ -127,3 +142,26 @@ def replay_files(
                 # the next replay restores the rest again.
                 vectors.close()
     return stats
+
+
+def _candidate_problem(raw: bytes) -> str | None:
+    """Why a candidates.jsonl line cannot be a candidate record, or None: relink reads its `doc_id`, its
+    `article` (published when the document is unlinked), its `vector`, `model` and `text`."""
+    try:
+        record: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON ({exc})"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not isinstance(record.get("doc_id"), str) or not isinstance(record.get("model"), str):
+        return "doc_id and model must be strings"
+    if not isinstance(record.get("article"), dict) or not isinstance(record.get("text"), str):
+        return "article must be an object and text a string"
+    vector = record.get("vector")
+    if not (isinstance(vector, list) and vector and all(_finite(x) for x in vector)):
+        return "vector must be a non-empty list of finite numbers"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < float("inf")
