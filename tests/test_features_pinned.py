@@ -28,8 +28,8 @@ from streams.stores.sqlite import SqliteStateStore
 
 INGEST = 1_798_761_600  # 2027-01-01: after the sample's dates (a date more than a day past it is clamped)
 CHUNK = 256
-FEATURES_DIGEST = "fd9014c936a5baa86233b941ce462c9e0ebc3db15413f3210df9398f1acfc500"
-VERDICTS_DIGEST = "3d257500e2b028c4ae24643a0cd8cb013f9bcaaef2fb2a2d196db614486b74ab"
+FEATURES_DIGEST = "9ca894ca25dfcdc417c6401e3b2f161fb15f7c130c00f8ce68471d2e49924be3"
+VERDICTS_DIGEST = "40785cafc33f9c31636b6115cbc60cfe09b1e07eed212ab34e23e6b070995f2d"
 
 
 def _hostile() -> list[bytes]:

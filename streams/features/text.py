@@ -5,11 +5,21 @@ dashes against hyphens, runs of whitespace, and (for Bangla) different
 codepoint sequences for the same letter. NFKC folds the compatibility forms;
 Bangla nukta letters (U+09DC, U+09DD, U+09DF) are composition exclusions, so
 NFKC *decomposes* them, and we recompose them to keep one spelling per letter
-whichever form the publisher used. In Bangla and the other Brahmic scripts of
-India and Sri Lanka (U+0900-U+0DFF) the zero-width joiner and non-joiner only
-choose a glyph (`র‍্য` with a ZWJ is the ya-phala form of `র্য`, a ZWNJ shows the
+whichever form the publisher used, as we do for the vowel letters that Unicode's
+Bengali table says never to write in two parts (`অা` is `আ`, as Tatoeba has it
+typed). In Bangla and the other Brahmic scripts of India and Sri Lanka
+(U+0900-U+0DFF) the zero-width joiner and non-joiner only choose a glyph
+(`র‍্য` with a ZWJ is the ya-phala form of `র্য`, a ZWNJ shows the
 hasanta of `ক্‌ষ`), never the letters, so there they are dropped; elsewhere they
-stay, since in emoji sequences and Persian they change what a reader sees.
+stay, since in emoji sequences and Persian they change what a reader sees. The
+exception is a consonant, virama and ZWJ that older text (Unicode before 4.1 and 5.1,
+and legacy converters) wrote for a letter of its own: Bangla khanda ta (`ত্‍` is `ৎ`, as
+in `উৎসব`) and the Malayalam chillus (`ന്‍` is `ൻ`, the final n of `അവൻ`, "he"; without
+the ZWJ, `അവന്` is "to him"). Such a sequence is written as its letter, and no joiner
+is left to drop.
+NFKC also puts superscripts on the line, which changes a number (`10⁶` would read
+`106`, `10⁻³` `10-3`), so a run of them is written after a caret first, as plain text
+writes an exponent (`10^6`, `x^2`); subscripts fold (`H₂O` is `H2O`).
 """
 
 from __future__ import annotations
@@ -34,10 +44,40 @@ _CANONICAL_FORMS = {
 # A character class and a lookup per match: str.translate with a dict leaves its
 # fast path on non-ASCII text and costs ten times as much.
 _NON_CANONICAL = re.compile("[" + "".join(_CANONICAL_FORMS) + "]")
-# NFKC leaves these Bangla letters decomposed (they are composition exclusions);
-# map them back so "য়" is one codepoint however it arrived.
-_BANGLA_RECOMPOSE = {"\u09a1\u09bc": "\u09dc", "\u09a2\u09bc": "\u09dd", "\u09af\u09bc": "\u09df"}
+# NFKC leaves these Bangla letters decomposed (they are composition exclusions), and the
+# vowel letters are not decomposable at all; map them back so "য়" and "আ" are one codepoint
+# however they arrived.
+_BANGLA_RECOMPOSE = {
+    "\u09a1\u09bc": "\u09dc",
+    "\u09a2\u09bc": "\u09dd",
+    "\u09af\u09bc": "\u09df",
+    "\u0985\u09be": "\u0986",  # and the vowel letters Unicode's Bengali table says to write as one (আ, not অা)
+    "\u098b\u09c3": "\u09e0",
+    "\u098c\u09e2": "\u09e1",
+}
 _BANGLA_RE = re.compile("|".join(_BANGLA_RECOMPOSE))
+_BEFORE_NFKC = {
+    char: form
+    for char, form in _CANONICAL_FORMS.items()
+    if _CANONICAL_FORMS.get(folded := unicodedata.normalize("NFKC", char), folded) != form
+}
+"""Forms NFKC would fold out of reach first (the acute accent U+00B4 to a space and a combining acute, the
+double prime to two primes), so they are mapped before it: `I\u00b4m`, as wire copy types it, is `I'm`."""
+_BEFORE_NFKC_RE = re.compile("[" + "".join(_BEFORE_NFKC) + "]")
+_SUPERSCRIPTS = re.compile("[\u00b2\u00b3\u00b9\u2070\u2074-\u207e]+")
+"""Superscript digits, signs and brackets, which NFKC puts on the line (not the letters: `2ⁿᵈ` is `2nd`)."""
+_DEAD_CONSONANTS = {
+    "\u09a4\u09cd\u200d": "\u09ce",  # Bangla khanda ta (Unicode 4.1)
+    "\u0d15\u0d4d\u200d": "\u0d7f",  # Malayalam chillu k, then nn, n, rr, l, ll (Unicode 5.1)
+    "\u0d23\u0d4d\u200d": "\u0d7a",
+    "\u0d28\u0d4d\u200d": "\u0d7b",
+    "\u0d30\u0d4d\u200d": "\u0d7c",
+    "\u0d32\u0d4d\u200d": "\u0d7d",
+    "\u0d33\u0d4d\u200d": "\u0d7e",
+}
+"""Consonant, virama and ZWJ as older text spelled a letter of its own, and that letter; `_normalize_part`
+holds the same table."""
+_DEAD_RE = re.compile("|".join(_DEAD_CONSONANTS))
 _JOINERS = re.compile("[\u200c\u200d]+")
 """A whole run of joiners, matched once: a lookahead after the run would rescan it from every start (quadratic)."""
 
@@ -55,15 +95,25 @@ def _indic_joiners(match: re.Match[str]) -> str:
     return "" if indic else match.group(0)
 
 
+def _nfkc(text: str) -> str:
+    """NFKC, with `_BEFORE_NFKC` mapped and each run of superscripts after a caret first: on the line they
+    would be another number."""
+    text = _BEFORE_NFKC_RE.sub(lambda m: _BEFORE_NFKC[m.group(0)], text)
+    return unicodedata.normalize("NFKC", _SUPERSCRIPTS.sub(lambda m: "^" + m.group(0), text))
+
+
 def normalize_text(text: str) -> str:
-    """NFKC, canonical quotes and dashes, Bangla nukta letters composed, Indic joiners dropped, whitespace collapsed."""
+    """NFKC, canonical quotes and dashes, Bangla nukta letters and ZWJ-spelled letters composed, Indic joiners
+    dropped, whitespace collapsed."""
     if text.isascii():  # NFKC is the identity on ASCII; only the backtick needs mapping
         return " ".join(text.replace("`", "'").split())
     if not unicodedata.is_normalized("NFKC", text):  # a quick check, much cheaper than normalising
-        text = unicodedata.normalize("NFKC", text)
+        text = _nfkc(text)
     text = _NON_CANONICAL.sub(_canonical_form, text)
-    if "\u09bc" in text:
+    if any(pair in text for pair in _BANGLA_RECOMPOSE):
         text = _BANGLA_RE.sub(lambda m: _BANGLA_RECOMPOSE[m.group(0)], text)
+    if "\u200d" in text:
+        text = _DEAD_RE.sub(lambda m: _DEAD_CONSONANTS[m.group(0)], text)
     if "\u200c" in text or "\u200d" in text:
         text = _JOINERS.sub(_indic_joiners, text)
     return " ".join(text.split())
@@ -146,6 +196,8 @@ def _normalize_part(
     run_at = -1  # where the joiner run being read was written (-1: not in a run)
     run_after = -1  # codepoint before the run
     after_drop = False
+    dead = -1  # the letter that the virama just written spells with a ZWJ (-1: none)
+    dead_at = -1  # where its consonant was written
     i = start
     while i < end:
         b = np.int64(src[i])
@@ -179,6 +231,11 @@ def _normalize_part(
             cp = _canonical(cp, mf, mt)
             if cp < 0:
                 continue
+        if cp == 0x200D and run_at < 0 and dead >= 0 and (prev == 0x0D4D or prev == 0x09CD) and not pending_space:
+            encode(dead, out, dead_at)  # three bytes over six: consonant, virama and ZWJ are one letter
+            pos = dead_at + 3
+            prev, prev_at, dead = dead, dead_at, -1
+            continue
         if cp == 0x200C or cp == 0x200D:  # ZWNJ, ZWJ
             if run_at < 0:
                 run_at = pos
@@ -201,14 +258,21 @@ def _normalize_part(
         if space:
             pending_space = True
             continue
-        if cp == 0x09BC and not pending_space and not after_drop and prev_at >= 0:  # nukta
+        if 0x09BC <= cp <= 0x09E2 and not pending_space and not after_drop and prev_at >= 0:  # `_BANGLA_RECOMPOSE`
             composed = -1
-            if prev == 0x09A1:
-                composed = 0x09DC
-            elif prev == 0x09A2:
-                composed = 0x09DD
-            elif prev == 0x09AF:
-                composed = 0x09DF
+            if cp == 0x09BC:  # nukta
+                if prev == 0x09A1:
+                    composed = 0x09DC
+                elif prev == 0x09A2:
+                    composed = 0x09DD
+                elif prev == 0x09AF:
+                    composed = 0x09DF
+            elif cp == 0x09BE and prev == 0x0985:
+                composed = 0x0986
+            elif cp == 0x09C3 and prev == 0x098B:
+                composed = 0x09E0
+            elif cp == 0x09E2 and prev == 0x098C:
+                composed = 0x09E1
             if composed >= 0:
                 encode(composed, out, prev_at)  # three bytes over three bytes
                 prev = composed
@@ -216,6 +280,23 @@ def _normalize_part(
         if pending_space and pos > first:
             out[pos] = 0x20
             pos += 1
+        dead = -1  # `_DEAD_CONSONANTS`: a virama right after its consonant
+        if cp == 0x09CD and prev == 0x09A4 and not pending_space and not after_drop:
+            dead = 0x09CE
+        elif cp == 0x0D4D and not pending_space and not after_drop:
+            if prev == 0x0D15:
+                dead = 0x0D7F
+            elif prev == 0x0D23:
+                dead = 0x0D7A
+            elif prev == 0x0D28:
+                dead = 0x0D7B
+            elif prev == 0x0D30:
+                dead = 0x0D7C
+            elif prev == 0x0D32:
+                dead = 0x0D7D
+            elif prev == 0x0D33:
+                dead = 0x0D7E
+        dead_at = prev_at
         pending_space = False
         after_drop = False
         prev_at = pos
@@ -286,7 +367,7 @@ def _pre_nfkc(text: str) -> str:
     """What `normalize_text` does before its character rules: NFKC, where it changes anything."""
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
-    return unicodedata.normalize("NFKC", text)
+    return _nfkc(text)
 
 
 # NFKC without unicodedata for the characters most news is written in. unicodedata's quick
