@@ -37,6 +37,10 @@ written out to be measured; a larger one would be refused by the broker on its w
 MAX_DEPTH = 200
 """Nesting a record may have: orjson reads 1,024 levels but writes 255, and every output carries the record
 (a level deeper in a stage record), so a deeper one would be decided and then fail to be written."""
+MAX_NORMALIZED_URL_CHARS = 16_384
+"""Longest normalised URL an article may have: every deduped and stage record carries it beside the article, in
+the 64 KiB the workers leave for what a record adds to one of `max_record_bytes`. 8,192 emoji (the schema's
+longest URL) normalise to 98 KB: the broker would refuse the record after the article was decided."""
 _LEAP_SECOND = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d):60(?=$|[.Z+-])")
 _REMEMBERED_LANGUAGES = 65_536
 """Samples whose detected language the batched path keeps (keyed by 32 bytes or a content hash: about 10 MB)."""
@@ -185,7 +189,7 @@ class Featurizer:
     def _pending(self, index: int, article: dict[str, Any], raw: bytes) -> _Pending | Rejection:
         """What `_document` does before the text is normalised: the URL, and an HTML page's article text."""
         try:
-            normalized = normalize_url(article["url"], self._rules)
+            normalized = self._normalized(article["url"])
             title, body = article.get("title"), usable_body(article)
             if body is None:
                 extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
@@ -247,6 +251,16 @@ class Featurizer:
         cost left per document."""
         return self._languages.detect(text, c_hash)
 
+    def _normalized(self, url: str) -> str:
+        """The normalised URL; UrlError when it is longer than `MAX_NORMALIZED_URL_CHARS`."""
+        normalized = normalize_url(url, self._rules)
+        if len(normalized) > MAX_NORMALIZED_URL_CHARS:
+            raise UrlError(
+                f"url normalises to {len(normalized):,} characters (a non-ASCII character is percent-encoded in"
+                f" up to 12), above {MAX_NORMALIZED_URL_CHARS:,}: the records that carry it would not fit"
+            )
+        return normalized
+
     def _id_problem(self, doc_id: str) -> str | None:
         """Why an id cannot be a key: too long, or a control character (U+001F packs Redis fields)."""
         limit = self._settings.max_id_chars
@@ -260,12 +274,8 @@ class Featurizer:
 
     def _document(self, article: dict[str, Any], ingest_time: int) -> Document:
         url: str = article["url"]
-        normalized = normalize_url(url, self._rules)
-        text = body_text(article)
-        if text is None:
-            extracted_title, body = extract_article(article["html"], self._settings.min_html_text_chars)
-            given = article.get("title")
-            text = document_text(given if given and given.strip() else extracted_title, body)
+        normalized = self._normalized(url)
+        text = article_text(article, self._settings.min_html_text_chars)
         _check_text(text)
         published_at = _published_at(article, ingest_time)
         u_hash, c_hash = url_hash(normalized), content_hash(text)
@@ -312,6 +322,17 @@ def body_text(article: dict[str, Any]) -> str | None:
     so a stage record rebuilds it instead of carrying it."""
     body = usable_body(article)
     return None if body is None else document_text(article.get("title"), body)
+
+
+def article_text(article: dict[str, Any], min_html_text_chars: int = 0) -> str:
+    """The normalised text of an article: of its `body`, else of the article extracted from its `html` (its
+    given title, unless blank, over the page's); ExtractionError when the page holds too little."""
+    text = body_text(article)
+    if text is None:
+        extracted_title, body = extract_article(article["html"], min_html_text_chars)
+        given = article.get("title")
+        text = document_text(given if given and given.strip() else extracted_title, body)
+    return text
 
 
 def usable_body(article: dict[str, Any]) -> str | None:
