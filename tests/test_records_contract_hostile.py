@@ -305,3 +305,20 @@ def test_every_record_the_agents_write_for_hostile_input_is_valid_and_every_reje
         assert given == values[rejection["offset"]] and rejection["reason"]
     links = [orjson.loads(o.value)["doc_id"] for o in second if o.topic == settings.topics.links]
     assert len(links) == 3 and {"nul\U0001f600", "9"} <= set(links), links
+
+
+def test_a_rejected_line_that_is_not_utf8_comes_back_byte_for_byte(tmp_path: Path) -> None:
+    """`dedup run` wrote a line of invalid UTF-8 as `raw` with backslash escapes, so `\\xff` and the four
+    characters backslash, x, f, f came out the same, and neither could be sent again as it came. Such a line
+    is now given as `raw_base64`, as the service gives it."""
+    lines = [b'{"id": "a", "url": "https://e.com/a", "body": "caf\xff"}', b'{"id": "b", "body": "caf\\xff"}']
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    paths = RunPaths(tmp_path / "out", tmp_path / "state")
+    run(Settings(stages=STAGES), [str(source)], paths)
+    rejected = [orjson.loads(line) for line in paths.rejected.read_bytes().splitlines()]
+    assert len(rejected) == 2
+    for rejection in rejected:
+        _valid(rejection, "rejected")
+    given = [base64.b64decode(r["raw_base64"]) if "raw_base64" in r else r["raw"].encode() for r in rejected]
+    assert given == lines

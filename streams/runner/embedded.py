@@ -17,6 +17,7 @@ its vector) kept in the state; ordering the writes needs nothing kept twice.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import os
 import signal
@@ -504,14 +505,12 @@ class _Run:
 
     def _reject(self, line: InputLine, rejection: Rejection) -> None:
         self.stats.rejected += 1
-        self._rejected.write(
-            {
-                "source": line.source,
-                "line": line.line_no,
-                "reason": rejection.reason,
-                "raw": rejection.raw.decode("utf-8", errors="backslashreplace"),
-            }
-        )
+        record: dict[str, Any] = {"source": line.source, "line": line.line_no, "reason": rejection.reason}
+        try:
+            record["raw"] = rejection.raw.decode("utf-8")
+        except UnicodeDecodeError:  # base64, as the service gives it: escaped, \xff would read as a written \\xff
+            record["raw_base64"] = base64.b64encode(rejection.raw).decode("ascii")
+        self._rejected.write(record)
         self._done(line)
 
 
