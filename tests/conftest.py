@@ -209,7 +209,8 @@ class LocalRedisCluster:
         self.ports: list[int] = []
         while len(self.ports) < masters * 2:  # the cluster bus listens on port + 10000
             port = free_port()
-            if port + 10_000 < 65_536 and port not in self.ports and _bindable(port + 10_000):
+            taken = {p for used in self.ports for p in (used, used + 10_000, used - 10_000)}
+            if port + 10_000 < 65_536 and port not in taken and _bindable(port + 10_000):
                 self.ports.append(port)
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.url = f"redis+cluster://127.0.0.1:{self.ports[0]}/0"

@@ -8,10 +8,14 @@ A state of another layout (written before this one) is refused in one line namin
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
+import socket
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,8 +31,8 @@ from streams.evaluation.services import local_redis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
-from streams.stores.redis_store import LayoutMismatch, RedisStateStore, connect
-from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, VerdictWrite, Write
+from streams.stores.redis_store import LayoutMismatch, RedisStateStore, _Cluster, _EvalByKeys, _marker, connect
+from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceVerdictWrite, VerdictWrite, Write
 from tests.conftest import LocalRedisCluster, local_redis_cluster
 
 # The store's contract, run here against the cluster: `redis_url` and `store` below replace conftest's.
@@ -317,3 +321,121 @@ def test_a_lease_drawn_from_an_epoch_counter_that_went_back_still_writes(redis_u
         assert later.epoch > first.epoch
         assert store.apply([VerdictWrite(Link.unique("b"))], later).seqs.keys() == {"b"}
     store.close()
+
+
+class _LostReplies:
+    """A TCP proxy before each node of a cluster (redis-py's `address_remap` sends the client through it) that
+    loses the reply to the first request carrying one of `items` (code, first argument): the node runs it, and the
+    client's connection is closed before the answer reaches it, as when a network path or a master's
+    process fails right after a write. redis-py's cluster client then sends its pipeline again."""
+
+    def __init__(self, ports: Sequence[int], *items: tuple[str, str]) -> None:
+        # an item as the script's arguments carry it: its code, its bucket's position, its first argument
+        item = rb"\r\n\$1\r\n%b\r\n\$\d+\r\n\d+\r\n\$%d\r\n%b\r\n"
+        self._item = re.compile(
+            b"|".join(item % (c.encode(), len(d.encode()), re.escape(d.encode())) for c, d in items)
+        )
+        self.dropped = 0
+        self._listeners: dict[int, socket.socket] = {}
+        for port in ports:
+            listener = socket.create_server(("127.0.0.1", 0))
+            self._listeners[port] = listener
+            threading.Thread(target=self._accept, args=(listener, port), daemon=True).start()
+
+    def remap(self, address: tuple[str, int]) -> tuple[str, int]:
+        host, port = address
+        return (host, self._listeners[port].getsockname()[1]) if port in self._listeners else address
+
+    def _accept(self, listener: socket.socket, port: int) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", port))
+            lose = threading.Event()
+            threading.Thread(target=self._requests, args=(client, server, lose), daemon=True).start()
+            threading.Thread(target=self._replies, args=(server, client, lose), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket, lose: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(1 << 16):
+                if not self.dropped and self._item.search(data):
+                    self.dropped += 1
+                    lose.set()
+                server.sendall(data)
+
+    def _replies(self, server: socket.socket, client: socket.socket, lose: threading.Event) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(1 << 16):
+                if lose.is_set():  # the node ran it; its answer never arrives
+                    break
+                client.sendall(data)
+        for end in (client, server):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        for listener in self._listeners.values():
+            listener.close()
+
+
+def test_a_round_the_cluster_client_sends_again_keeps_its_verdicts_and_group_sizes(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    """The reply to the verdict round is lost after a master ran it: redis-py's cluster client sends the
+    round again, and the masters run it twice. The second run finds the verdicts the first wrote. They are
+    this batch's own: none is lost to "another writer", no growth is undone, and the group counts its member
+    (a group one short lets a relink link its canonical back: a chain)."""
+    proxy = _LostReplies(redis_cluster.ports, ("v", "b"))
+    client = _through(proxy, redis_cluster)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    with RedisLock(client, f"{store._prefix}lock", ttl_s=30, fence=store.fence).held() as lease:
+        applied = store.apply(_batch(), lease)
+    assert proxy.dropped == 1
+    assert applied.lost == []
+    assert set(applied.seqs) == {"a", "b", "c"}
+    verdicts = store.verdicts_of(["a", "b", "c"])
+    assert {d: (v.verdict, v.canonical_id) for d, v in verdicts.items() if v} == {
+        "a": (Verdict.UNIQUE, "a"),
+        "b": (Verdict.DUPLICATE, "a"),
+        "c": (Verdict.UNIQUE, "c"),
+    }
+    assert store.group_sizes(["a", "c"]) == {"a": 2, "c": 1}
+    client.close()
+    proxy.close()
+
+
+def _through(proxy: _LostReplies, cluster: LocalRedisCluster) -> _Cluster:
+    """A cluster client as `connect` makes one, reaching every node through `proxy`."""
+    port = cluster.ports[0]
+    return _Cluster("127.0.0.1", port, decode_responses=True, policy_resolver=_EvalByKeys(), address_remap=proxy.remap)
+
+
+def test_a_shrink_the_cluster_client_sends_again_counts_once(redis_cluster: LocalRedisCluster) -> None:
+    """A relink takes b out of a's group (a, b, d) and the reply to the round that shrinks the group is lost:
+    sent again, the shrink must not count twice. a would be left with no member while d still links to it,
+    and a relink could then link a into another group: d's link would lead to a duplicate (a chain)."""
+    prefix = f"t{uuid.uuid4().hex}:"
+    setup = connect(redis_cluster.url)
+    first = RedisStateStore(setup, prefix)
+    batch = _batch()
+    batch[5:5] = [GrowWrite("a", 1, T), VerdictWrite(Link("d", Verdict.DUPLICATE, "a", Stage.URL, published_at=T))]
+    with RedisLock(setup, f"{prefix}lock", ttl_s=30, fence=first.fence).held() as lease:
+        first.apply(batch, lease)
+    assert first.group_sizes(["a"]) == {"a": 3}
+    was = first.verdicts_of(["b"])["b"]
+    assert was is not None
+    setup.close()
+    proxy = _LostReplies(redis_cluster.ports, ("n", "a"), ("m", _marker("a", "b", leaving=True)))
+    client = _through(proxy, redis_cluster)
+    store = RedisStateStore(client, prefix)
+    relink = [GrowWrite("a", -1, 0), ReplaceVerdictWrite(replace(Link.unique("b"), published_at=T), was)]
+    with RedisLock(client, f"{prefix}lock", ttl_s=30, fence=store.fence).held() as lease:
+        applied = store.apply(relink, lease, exact=True)
+    assert proxy.dropped == 1
+    assert set(applied.seqs) == {"b"}
+    assert store.group_sizes(["a", "b"]) == {"a": 2, "b": 1}  # a and d; b alone
+    client.close()
+    proxy.close()

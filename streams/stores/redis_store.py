@@ -146,9 +146,13 @@ new holder, which moves the counter past it while the lock is still its own and 
 The epoch counter is per lock name and the fences per prefix: a prefix takes one lock name
 (the workers, `dedup replay` and `dedup relink` all use `{prefix}lock:register`). A MOVED or ASK mid-batch is followed
 by the cluster client, which sends the command again to the slot's new master (a MOVED or
-ASK command was not run); a round that fails otherwise raises before the next one starts,
-so nothing is written out of order, and the redelivered batch runs every round again (each
-is idempotent but the group sizes of 6: a connection lost after a grow ran counts it twice). A
+ASK command was not run). A connection lost or timed out after the node ran a round is sent
+again too (redis-py's cluster client retries the whole pipeline), so every item must take
+being run twice: a verdict that finds the very value it writes answers as written (not as
+another writer's, which would undo its member's growth and leave the group short); the group
+markers make a growth count once. A shrink (`leave_group`, a relink) is not marked: sent again,
+it counts twice. A round that fails otherwise raises before the next one starts,
+so nothing is written out of order, and the redelivered batch runs every round again. A
 cluster failover can lose the last writes a master acknowledged (replication is
 asynchronous). `WAIT n timeout` would block until n replicas have the client's writes, so a
 batch could be acknowledged to Kafka only once replicated; it is not used: it is per
@@ -379,14 +383,17 @@ return removed
 # 'v' record a verdict (v bucket): doc_id, stamp, encoded verdict, its seq (drawn before). First writer wins; a
 #     verdict past its retention is no verdict. 'V' the same and the encoded verdict it replaces, twice (its
 #     model by code, and by name as written before the codes): written only while the stored one is still
-#     that one (its stamp and seq aside). The seq, or 0 when not written.
+#     that one (its stamp and seq aside). The seq, or 0 when not written. An item that finds the very value it
+#     writes (its seq drawn for this writer) wrote it already: a round sent again by the cluster client after
+#     a lost reply; the seq.
 # 'n' a group size (g bucket): doc_id, members to add (negative: fewer), the day of the latest member (0 for
 #     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
 #     canonical alone loses its field. The members besides the canonical.
-# 'm' a batch's growth of a group, once (g bucket): its marker field, doc_id, members to add, day. The marker
-#     (set with the growth, in the same script) makes the growth happen once however often the batch is
-#     applied again; the group's members. 'M' the marker removed once the member's verdict is recorded: marker.
-#     'x' the growth undone, its verdict not recorded (another writer decided the member): marker, doc_id,
+# 'm' a batch's growth or shrink of a group, once (g bucket): its marker field, doc_id, members to add
+#     (negative: fewer), day (a shrink's marker ages by it; the group keeps its own stamp). The marker (set with
+#     the change, in the same script) makes it happen once however often the batch is applied or a round sent
+#     again; the group's members. 'M' the marker removed once the member's verdict is recorded: marker.
+#     'x' the change undone, its verdict not recorded (another writer decided the member): marker, doc_id,
 #     members; only where the marker was still there.
 _BULK = (
     """
@@ -490,27 +497,26 @@ while a <= #ARGV do
     a = a + 4
   elseif code == 'v' or code == 'V' then
     local current = redis.call('HGET', key, ARGV[a + 2])
+    local value = ARGV[a + 3] .. ARGV[a + 5] .. ' ' .. ARGV[a + 4]
     local live = current and not expired(stamp(current), keep_verdicts)
-    if code == 'v' then
+    if current == value then
+      answer = 2  -- this item's own write, sent again (its seq is this writer's): written already
+    elseif code == 'v' then
       answer = live and 0 or 1
-      a = a + 6
     else
       local held = live and string.sub(current, string.find(current, ' ', 1, true) + 1)
       answer = held and (held == ARGV[a + 6] or held == ARGV[a + 7]) and 1 or 0
-      a = a + 8
     end
-    if answer == 1 then
-      local b = code == 'v' and a - 6 or a - 8
-      redis.call('HSET', key, ARGV[b + 2], ARGV[b + 3] .. ARGV[b + 5] .. ' ' .. ARGV[b + 4])
-      answer = tonumber(ARGV[b + 5])
-    end
+    if answer == 1 then redis.call('HSET', key, ARGV[a + 2], value) end
+    if answer > 0 then answer = tonumber(ARGV[a + 5]) end
+    a = a + (code == 'v' and 6 or 8)
   elseif code == 'n' then
     answer = grow(key, ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]))
     a = a + 5
   elseif code == 'm' then
     local added, day = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-    if redis.call('HSETNX', key, ARGV[a + 2], added * 65536 + day) == 1 then
-      answer = grow(key, ARGV[a + 3], added, day)
+    if redis.call('HSETNX', key, ARGV[a + 2], math.abs(added) * 65536 + day) == 1 then
+      answer = grow(key, ARGV[a + 3], added, added > 0 and day or 0)
     else
       answer = grow(key, ARGV[a + 3], 0, 0)
     end
@@ -1530,10 +1536,10 @@ class RedisStateStore:
         for i in grows:
             write = writes[i]
             closer = closers[i] if closers is not None else None
-            if closer is not None and write.count > 0:  # type: ignore[union-attr]
-                canonical = write.canonical_id  # type: ignore[union-attr]
-                marked[i] = _marker(canonical, writes[closer].link.doc_id)  # type: ignore[union-attr]
-                day = _day(write.published_at, time.time())  # type: ignore[union-attr]
+            if closer is not None and write.count:  # type: ignore[union-attr]
+                canonical, leaving = write.canonical_id, write.count < 0  # type: ignore[union-attr]
+                marked[i] = _marker(canonical, writes[closer].link.doc_id, leaving)  # type: ignore[union-attr]
+                day = _day(write.published_at or clock, time.time())  # type: ignore[union-attr]
                 args = (marked[i], canonical, write.count, day)  # type: ignore[union-attr]
                 bulk.add(self._bucket("g", canonical), "m", args, results, i)
         sinks += bulk.calls(epoch, clock)
@@ -1997,11 +2003,13 @@ def _settled(
     return pairs
 
 
-def _marker(canonical_id: str, member: str) -> str:
-    """The field marking that `member` grew `canonical_id`'s group, in the group's bucket: a control character
-    first (no doc id has one), then 64 bits of a hash of both (fixed length: a long id never takes the
-    bucket out of the compact encoding)."""
-    digest = hashlib.blake2b(f"{canonical_id}\x1f{member}".encode(), digest_size=8).hexdigest()
+def _marker(canonical_id: str, member: str, leaving: bool = False) -> str:
+    """The field marking that `member` grew `canonical_id`'s group (`leaving`: shrank it), in the group's bucket:
+    a control character first (no doc id has one), then 64 bits of a hash of both (fixed length: a long id
+    never takes the bucket out of the compact encoding). A shrink's marker is another field than a growth's:
+    one left by a crash only ever stops a shrink (a group one too many), never a later growth."""
+    text = f"{canonical_id}\x1f{member}\x1f-" if leaving else f"{canonical_id}\x1f{member}"
+    digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     return f"\x00{digest}"
 
 
