@@ -31,7 +31,15 @@ from streams.evaluation.services import local_redis
 from streams.evaluation.stack import Stack, assert_invariants
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
-from streams.stores.redis_store import LayoutMismatch, RedisStateStore, _Cluster, _EvalByKeys, _marker, connect
+from streams.stores.redis_store import (
+    _BULK,
+    LayoutMismatch,
+    RedisStateStore,
+    _Cluster,
+    _EvalByKeys,
+    _marker,
+    connect,
+)
 from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceVerdictWrite, VerdictWrite, Write
 from tests.conftest import LocalRedisCluster, local_redis_cluster
 
@@ -323,24 +331,42 @@ def test_a_lease_drawn_from_an_epoch_counter_that_went_back_still_writes(redis_u
     store.close()
 
 
+_WRITE_SCRIPT = _BULK.split("\n")[1].encode()
+"""The first line of the store's write script (`_BULK`), which a cluster client's EVAL carries."""
+
+
 class _LostReplies:
     """A TCP proxy before each node of a cluster (redis-py's `address_remap` sends the client through it) that
-    loses the reply to the first request carrying one of `items` (code, first argument): the node runs it, and the
-    client's connection is closed before the answer reaches it, as when a network path or a master's
-    process fails right after a write. redis-py's cluster client then sends its pipeline again."""
+    loses the reply to one write request: the first carrying one of `items` (code, first argument), or the
+    `nth` carrying the store's write script. The node runs it, and the client's connection is closed before
+    the answer reaches it, as when a network path or a master's process fails right after a write. redis-py's
+    cluster client then sends its pipeline again."""
 
-    def __init__(self, ports: Sequence[int], *items: tuple[str, str]) -> None:
+    def __init__(self, ports: Sequence[int], *items: tuple[str, str], nth: int = 0) -> None:
         # an item as the script's arguments carry it: its code, its bucket's position, its first argument
         item = rb"\r\n\$1\r\n%b\r\n\$\d+\r\n\d+\r\n\$%d\r\n%b\r\n"
-        self._item = re.compile(
-            b"|".join(item % (c.encode(), len(d.encode()), re.escape(d.encode())) for c, d in items)
-        )
+        spelled = [item % (code.encode(), len(arg.encode()), re.escape(arg.encode())) for code, arg in items]
+        self._item = re.compile(b"|".join(spelled)) if spelled else None
+        self._nth = nth
+        self.writes = 0
+        """Requests carrying the write script so far (a round sends one a slot)."""
         self.dropped = 0
+        self._lock = threading.Lock()
         self._listeners: dict[int, socket.socket] = {}
         for port in ports:
             listener = socket.create_server(("127.0.0.1", 0))
             self._listeners[port] = listener
             threading.Thread(target=self._accept, args=(listener, port), daemon=True).start()
+
+    def _loses(self, data: bytes) -> bool:
+        with self._lock:
+            if _WRITE_SCRIPT in data:
+                self.writes += 1
+            hit = self.writes == self._nth if self._nth else bool(self._item and self._item.search(data))
+            if hit and not self.dropped:
+                self.dropped = 1
+                return True
+            return False
 
     def remap(self, address: tuple[str, int]) -> tuple[str, int]:
         host, port = address
@@ -360,8 +386,7 @@ class _LostReplies:
     def _requests(self, client: socket.socket, server: socket.socket, lose: threading.Event) -> None:
         with contextlib.suppress(OSError):
             while data := client.recv(1 << 16):
-                if not self.dropped and self._item.search(data):
-                    self.dropped += 1
+                if self._loses(data):
                     lose.set()
                 server.sendall(data)
 
@@ -413,6 +438,13 @@ def _through(proxy: _LostReplies, cluster: LocalRedisCluster) -> _Cluster:
     return _Cluster("127.0.0.1", port, decode_responses=True, policy_resolver=_EvalByKeys(), address_remap=proxy.remap)
 
 
+def _batch_with_d() -> list[Write]:
+    """`_batch` with a second duplicate of a, d: a's group is a, b and d."""
+    batch = _batch()
+    batch[5:5] = [GrowWrite("a", 1, T), VerdictWrite(Link("d", Verdict.DUPLICATE, "a", Stage.URL, published_at=T))]
+    return batch
+
+
 def test_a_shrink_the_cluster_client_sends_again_counts_once(redis_cluster: LocalRedisCluster) -> None:
     """A relink takes b out of a's group (a, b, d) and the reply to the round that shrinks the group is lost:
     sent again, the shrink must not count twice. a would be left with no member while d still links to it,
@@ -420,10 +452,8 @@ def test_a_shrink_the_cluster_client_sends_again_counts_once(redis_cluster: Loca
     prefix = f"t{uuid.uuid4().hex}:"
     setup = connect(redis_cluster.url)
     first = RedisStateStore(setup, prefix)
-    batch = _batch()
-    batch[5:5] = [GrowWrite("a", 1, T), VerdictWrite(Link("d", Verdict.DUPLICATE, "a", Stage.URL, published_at=T))]
     with RedisLock(setup, f"{prefix}lock", ttl_s=30, fence=first.fence).held() as lease:
-        first.apply(batch, lease)
+        first.apply(_batch_with_d(), lease)
     assert first.group_sizes(["a"]) == {"a": 3}
     was = first.verdicts_of(["b"])["b"]
     assert was is not None
@@ -439,3 +469,54 @@ def test_a_shrink_the_cluster_client_sends_again_counts_once(redis_cluster: Loca
     assert store.group_sizes(["a", "b"]) == {"a": 2, "b": 1}  # a and d; b alone
     client.close()
     proxy.close()
+
+
+def _move_b_to_c(store: RedisStateStore) -> list[Write]:
+    """A relink's writes: b, a's duplicate, becomes c's (a's group shrinks, c's grows)."""
+    was = store.verdicts_of(["b"])["b"]
+    assert was is not None
+    moved = Link("b", Verdict.DUPLICATE, "c", Stage.URL, published_at=T)
+    return [GrowWrite("a", -1, 0), GrowWrite("c", 1, T), ReplaceVerdictWrite(moved, was)]
+
+
+@pytest.mark.parametrize("relink", [False, True], ids=["batch", "relink"])
+def test_any_write_request_whose_reply_is_lost_leaves_the_state_applying_once_leaves(
+    redis_cluster: LocalRedisCluster, relink: bool
+) -> None:
+    """Each write request of a batch (or of a relink after it) in turn, every round and every slot, has its
+    reply lost once and is sent again by the cluster client: the state is the one applying it once leaves,
+    group sizes included, with no marker or pending link left behind and no verdict taken for another
+    writer's."""
+
+    def applied(client: Any, proxy: _LostReplies | None) -> tuple[RedisStateStore, list[str]]:
+        setup = RedisStateStore(connect(redis_cluster.url), f"t{uuid.uuid4().hex}:")
+        store = RedisStateStore(client, setup._prefix)
+        first = setup if relink else store
+        with RedisLock(first._redis, f"{first._prefix}lock", ttl_s=30, fence=first.fence).held() as lease:
+            lost = first.apply(_batch_with_d() if relink else _batch(), lease).lost
+        if relink:
+            if proxy is not None:
+                proxy.writes = 0  # count the relink's requests only
+            with RedisLock(client, f"{store._prefix}lock", ttl_s=30, fence=store.fence).held() as lease:
+                lost = store.apply(_move_b_to_c(store), lease, exact=True).lost
+        setup.close()
+        return store, lost
+
+    clean, _ = applied(connect(redis_cluster.url), None)
+    counting = _LostReplies(redis_cluster.ports, nth=10_000)
+    store, _ = applied(_through(counting, redis_cluster), counting)
+    requests = counting.writes
+    assert requests >= (3 if relink else 5)  # every round, and a round in more than one slot
+    store.close()
+    counting.close()
+    for nth in range(1, requests + 1):
+        proxy = _LostReplies(redis_cluster.ports, nth=nth)
+        store, lost = applied(_through(proxy, redis_cluster), proxy)
+        assert proxy.dropped == 1, nth
+        assert lost == [], nth
+        assert _seen(store) == _seen(clean), nth
+        assert not _markers(store._redis, store._prefix), nth
+        assert not _pending(store._redis, store._prefix), nth
+        store.close()
+        proxy.close()
+    clean.close()
