@@ -331,22 +331,34 @@ def test_a_lease_drawn_from_an_epoch_counter_that_went_back_still_writes(redis_u
     store.close()
 
 
+def _item(code: str, first: str) -> bytes:
+    """A pattern of a write script's item as its arguments carry it: its code, its bucket's position, its first
+    argument."""
+    return rb"\r\n\$1\r\n%b\r\n\$\d+\r\n\d+\r\n\$%d\r\n%b\r\n" % (
+        code.encode(),
+        len(first.encode()),
+        re.escape(first.encode()),
+    )
+
+
+def _command(name: str, key: str) -> bytes:
+    """A pattern of a command on `key`."""
+    return rb"\$%d\r\n%b\r\n\$%d\r\n%b\r\n" % (len(name), name.encode(), len(key.encode()), re.escape(key.encode()))
+
+
 _WRITE_SCRIPT = _BULK.split("\n")[1].encode()
 """The first line of the store's write script (`_BULK`), which a cluster client's EVAL carries."""
 
 
 class _LostReplies:
     """A TCP proxy before each node of a cluster (redis-py's `address_remap` sends the client through it) that
-    loses the reply to one write request: the first carrying one of `items` (code, first argument), or the
+    loses the reply to one write request: the first matching one of `patterns` (`_item`, `_command`), or the
     `nth` carrying the store's write script. The node runs it, and the client's connection is closed before
     the answer reaches it, as when a network path or a master's process fails right after a write. redis-py's
     cluster client then sends its pipeline again."""
 
-    def __init__(self, ports: Sequence[int], *items: tuple[str, str], nth: int = 0) -> None:
-        # an item as the script's arguments carry it: its code, its bucket's position, its first argument
-        item = rb"\r\n\$1\r\n%b\r\n\$\d+\r\n\d+\r\n\$%d\r\n%b\r\n"
-        spelled = [item % (code.encode(), len(arg.encode()), re.escape(arg.encode())) for code, arg in items]
-        self._item = re.compile(b"|".join(spelled)) if spelled else None
+    def __init__(self, ports: Sequence[int], *patterns: bytes, nth: int = 0) -> None:
+        self._pattern = re.compile(b"|".join(patterns)) if patterns else None
         self._nth = nth
         self.writes = 0
         """Requests carrying the write script so far (a round sends one a slot)."""
@@ -362,7 +374,7 @@ class _LostReplies:
         with self._lock:
             if _WRITE_SCRIPT in data:
                 self.writes += 1
-            hit = self.writes == self._nth if self._nth else bool(self._item and self._item.search(data))
+            hit = self.writes == self._nth if self._nth else bool(self._pattern and self._pattern.search(data))
             if hit and not self.dropped:
                 self.dropped = 1
                 return True
@@ -413,7 +425,7 @@ def test_a_round_the_cluster_client_sends_again_keeps_its_verdicts_and_group_siz
     round again, and the masters run it twice. The second run finds the verdicts the first wrote. They are
     this batch's own: none is lost to "another writer", no growth is undone, and the group counts its member
     (a group one short lets a relink link its canonical back: a chain)."""
-    proxy = _LostReplies(redis_cluster.ports, ("v", "b"))
+    proxy = _LostReplies(redis_cluster.ports, _item("v", "b"))
     client = _through(proxy, redis_cluster)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     with RedisLock(client, f"{store._prefix}lock", ttl_s=30, fence=store.fence).held() as lease:
@@ -458,7 +470,7 @@ def test_a_shrink_the_cluster_client_sends_again_counts_once(redis_cluster: Loca
     was = first.verdicts_of(["b"])["b"]
     assert was is not None
     setup.close()
-    proxy = _LostReplies(redis_cluster.ports, ("n", "a"), ("m", _marker("a", "b", leaving=True)))
+    proxy = _LostReplies(redis_cluster.ports, _item("n", "a"), _item("m", _marker("a", "b", leaving=True)))
     client = _through(proxy, redis_cluster)
     store = RedisStateStore(client, prefix)
     relink = [GrowWrite("a", -1, 0), ReplaceVerdictWrite(replace(Link.unique("b"), published_at=T), was)]
@@ -520,3 +532,18 @@ def test_any_write_request_whose_reply_is_lost_leaves_the_state_applying_once_le
         store.close()
         proxy.close()
     clean.close()
+
+
+def test_a_lock_whose_reply_was_lost_is_taken_at_once(redis_cluster: LocalRedisCluster) -> None:
+    """The reply to the SET NX that took the lock is lost, and the cluster client sends it again: the second
+    finds the key set, with this taker's token. The lock is its own, not another worker's to wait out for
+    the whole lease (the stream stood still that long)."""
+    proxy = _LostReplies(redis_cluster.ports, _command("SET", "lost-reply-lock"))
+    client = _through(proxy, redis_cluster)
+    lock = RedisLock(client, "lost-reply-lock", ttl_s=60, renew=False)
+    lease = lock.acquire(wait_s=5)
+    assert proxy.dropped == 1
+    assert client.get("lost-reply-lock") == lease.token
+    assert lock.release(lease)
+    client.close()
+    proxy.close()

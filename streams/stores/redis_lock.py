@@ -93,7 +93,7 @@ class RedisLock:
         token = secrets.token_hex(8)
         deadline = time.monotonic() + wait_s
         pause = 0.001
-        while not self._redis.set(self._name, token, nx=True, px=self._ttl_ms):
+        while not self._take(token):
             if time.monotonic() > deadline:
                 raise LockTimeout(f"lock {self._name} still held by another worker after {wait_s:.0f} s")
             time.sleep(pause)
@@ -117,6 +117,13 @@ class RedisLock:
                 self.release(lease)
                 raise
         return lease
+
+    def _take(self, token: str) -> bool:
+        """SET NX PX. Refused, the key may hold this token all the same: a cluster client sends a command
+        again after its reply was lost (a dropped connection, a failover), and the second SET finds the first's."""
+        return (
+            bool(self._redis.set(self._name, token, nx=True, px=self._ttl_ms)) or self._redis.get(self._name) == token
+        )
 
     def release(self, lease: Lease) -> bool:
         """Free the lock if `lease` still holds it (never another holder's); False if it had expired."""
