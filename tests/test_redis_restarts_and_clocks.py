@@ -19,7 +19,7 @@ from streams.core.model import DAY_S, Link
 from streams.evaluation.services import LocalRedis
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore, StateLost
-from streams.stores.writes import ClaimWrite, VerdictWrite, Write
+from streams.stores.writes import CanonicalWrite, ClaimWrite, VerdictWrite, Write
 
 NOW = int(time.time())
 
@@ -136,3 +136,37 @@ def test_a_redelivery_under_a_clock_far_ahead_gets_its_first_verdict(server: Loc
     client.set(f"{prefix}clock", NOW + 20 * 365 * DAY_S)
     again = _apply(store, client, _batch("a"))
     assert again == {}, f"a was given a second verdict (seq {again.get('a')}, first {first})"
+
+
+def test_a_restart_without_data_under_a_batch_is_a_lost_state_to_the_next_process_too(server: LocalRedis) -> None:
+    """Redis restarts empty between two rounds of a batch: the store that was writing refuses (StateLost), yet
+    the round's unfenced writes (the languages seen) land on the empty server, so keys are back with no layout
+    marker and no fence. A worker started next must see a lost state (rebuild it with `dedup replay --fresh`),
+    not a state of an older version of the software, and the rebuild must be able to clear it."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    _apply(store, client, _batch("a"))
+    landed, rounds = store._sink, 0
+
+    def restarted(sinks: list[Any]) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 2:
+            server.stop()
+            server.start()  # nothing saved: empty
+            _reconnected(client)
+        landed(sinks)
+
+    store._sink = restarted  # type: ignore[method-assign]
+    first = [*_batch("b")[:1], CanonicalWrite("b", 1, "en", (1, 2, 3, 4), NOW), _batch("b")[1]]
+    with pytest.raises(StateLost):
+        _apply(store, client, first)
+    assert client.keys(f"{prefix}*")  # what the round wrote after the restart
+    fresh_process = RedisStateStore(_client(server), prefix)
+    with pytest.raises(StateLost, match="--fresh"):
+        fresh_process.verdict_of("a")
+    RedisStateStore(_client(server), prefix, restoring=True).clear()
+    rebuilt = RedisStateStore(_client(server), prefix)
+    assert rebuilt.verdict_of("a") is None
+    assert _apply(rebuilt, client, _batch("c")).keys() == {"c"}

@@ -902,6 +902,17 @@ class RedisStateStore:
         layout, *present = self._run(
             [partial(_get, key=layout_key), *(partial(_exists, key=key) for key in self._singletons)]
         )
+        if layout is None and any(present) and not any(self._run([partial(_exists, key=k) for k in self._fences])):
+            # Keys without the marker, and no lease's fence: a round's unfenced writes (the clock, the counters,
+            # the languages) that landed after Redis lost the state under a batch (restarted without its data,
+            # flushed). Whatever wrote them, nothing here can be decided on; `clear` takes them out.
+            back = [key for key, there in zip(self._singletons, present, strict=True) if there]
+            raise StateLost(
+                f"the Redis state under prefix {self._prefix!r} holds {', '.join(back)} but no {layout_key} "
+                "marker and no lease fence: Redis lost the state under a running batch (restarted without its "
+                "data, flushed), or an older version of streams-dedup wrote it. Rebuild it with "
+                "`dedup replay --fresh` (it deletes these keys first)"
+            )
         if layout is None and any(present):
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} was written by an older version of "
