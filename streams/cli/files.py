@@ -83,7 +83,7 @@ def run_command(
         err.print(tagged("note:", "yellow", note), soft_wrap=True)
     if not quiet:
         err.print(stats.table())
-        err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}", highlight=False)
+        err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}, {paths.candidates}", highlight=False)
 
 
 @app.command("replay")
