@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 
-from streams.core.model import DAY_S, Link
+from streams.core.model import DAY_S, Link, Stage, Verdict
 from streams.evaluation.services import LocalRedis
 from streams.stores.redis_lock import RedisLock
 from streams.stores.redis_store import RedisStateStore, StateLost
-from streams.stores.writes import CanonicalWrite, ClaimWrite, VerdictWrite, Write
+from streams.stores.writes import CanonicalWrite, ClaimWrite, GrowWrite, ReplaceVerdictWrite, VerdictWrite, Write
 
 NOW = int(time.time())
 
@@ -170,3 +170,35 @@ def test_a_restart_without_data_under_a_batch_is_a_lost_state_to_the_next_proces
     rebuilt = RedisStateStore(_client(server), prefix)
     assert rebuilt.verdict_of("a") is None
     assert _apply(rebuilt, client, _batch("c")).keys() == {"c"}
+
+
+def test_a_relink_that_loses_its_document_to_another_writer_leaves_the_group_as_it_was(
+    server: LocalRedis,
+) -> None:
+    """A relink takes b, a's only member, out of a's group; between its read and its verdict another writer
+    (without the lease) replaces b's verdict, so the relink's verdict is not written. The shrink it planned
+    must leave no trace: a's group still counts b, stamp and all (a group that reads as alone while b links
+    to a lets a relink link a into another group: a chain)."""
+    client = _client(server)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore(client, prefix)
+    linked = Link("b", Verdict.DUPLICATE, "a", Stage.URL, published_at=NOW)
+    _apply(store, client, [*_batch("a"), GrowWrite("a", 1, NOW), VerdictWrite(linked)])
+    assert store.group_sizes(["a"]) == {"a": 2}
+    was = store.verdict_of("b")
+    assert was is not None
+    landed, rounds = store._sink, 0
+
+    def raced(sinks: list[Any]) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 3:  # the verdicts: another writer got there first
+            other = RedisStateStore(_client(server), prefix)
+            assert other.replace_verdict(replace(linked, stage=Stage.CONTENT), was)
+        landed(sinks)
+
+    store._sink = raced  # type: ignore[method-assign]
+    moved = replace(Link.unique("b"), published_at=NOW)
+    _apply(store, client, [GrowWrite("a", -1, 0), ReplaceVerdictWrite(moved, was)])
+    assert store.verdict_of("b").stage == Stage.CONTENT  # type: ignore[union-attr]
+    assert store.group_sizes(["a"]) == {"a": 2}

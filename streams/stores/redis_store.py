@@ -390,11 +390,13 @@ return removed
 #     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
 #     canonical alone loses its field. The members besides the canonical.
 # 'm' a batch's growth or shrink of a group, once (g bucket): its marker field, doc_id, members to add
-#     (negative: fewer), day (a shrink's marker ages by it; the group keeps its own stamp). The marker (set with
-#     the change, in the same script) makes it happen once however often the batch is applied or a round sent
-#     again; the group's members. 'M' the marker removed once the member's verdict is recorded: marker.
+#     (negative: fewer), the member's day (a shrink keeps the group's stamp, and its marker holds that stamp).
+#     The marker (set with the change, in the same script) makes it happen once however often the batch is
+#     applied or a round sent again; the group's members. 'M' the marker removed once the member's verdict is
+#     recorded: marker.
 #     'x' the change undone, its verdict not recorded (another writer decided the member): marker, doc_id,
-#     members; only where the marker was still there.
+#     members; only where the marker was still there, with the stamp it holds (a group a shrink emptied comes
+#     back with its own).
 _BULK = (
     """
 local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
@@ -515,6 +517,7 @@ while a <= #ARGV do
     a = a + 5
   elseif code == 'm' then
     local added, day = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+    if added < 0 then day = tonumber(redis.call('HGET', key, ARGV[a + 3]) or '0') % 65536 end
     if redis.call('HSETNX', key, ARGV[a + 2], math.abs(added) * 65536 + day) == 1 then
       answer = grow(key, ARGV[a + 3], added, added > 0 and day or 0)
     else
@@ -526,8 +529,10 @@ while a <= #ARGV do
     a = a + 3
   elseif code == 'x' then
     answer = 0
-    if redis.call('HDEL', key, ARGV[a + 2]) == 1 then
-      answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), 0)
+    local mark = redis.call('HGET', key, ARGV[a + 2])
+    if mark then
+      redis.call('HDEL', key, ARGV[a + 2])
+      answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), tonumber(mark) % 65536)
     end
     a = a + 5
   else
@@ -1550,7 +1555,7 @@ class RedisStateStore:
             if closer is not None and write.count:  # type: ignore[union-attr]
                 canonical, leaving = write.canonical_id, write.count < 0  # type: ignore[union-attr]
                 marked[i] = _marker(canonical, writes[closer].link.doc_id, leaving)  # type: ignore[union-attr]
-                day = _day(write.published_at or clock, time.time())  # type: ignore[union-attr]
+                day = _day(write.published_at, time.time())  # type: ignore[union-attr]
                 args = (marked[i], canonical, write.count, day)  # type: ignore[union-attr]
                 bulk.add(self._bucket("g", canonical), "m", args, results, i)
         sinks += bulk.calls(epoch, clock)
