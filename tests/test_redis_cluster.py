@@ -548,3 +548,21 @@ def test_a_lock_whose_reply_was_lost_is_taken_at_once(redis_cluster: LocalRedisC
     assert lock.release(lease)
     client.close()
     proxy.close()
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_a_relink_stopped_before_its_group_sizes_leaves_no_group_short(redis_url: str, rounds: int) -> None:
+    """A relink moving b from a's group (a, b, d) to c's dies after `rounds` write rounds, before its group
+    sizes: a's group is never left short of a member b may still link to (b's verdict is written in the
+    third round, so before it b still links to a); too many, at worst, refuses a relink, never makes a chain."""
+    client = connect(redis_url)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    with RedisLock(client, f"{store._prefix}lock", ttl_s=30, fence=store.fence).held() as lease:
+        store.apply(_batch_with_d(), lease)
+        relink = _move_b_to_c(store)
+        landed = _crash_after(store, rounds)
+        with pytest.raises(redis.ConnectionError):
+            store.apply(relink, lease, exact=True)
+        store._sink = landed  # type: ignore[method-assign]
+    assert store.group_sizes(["a"]) == {"a": 3}
+    client.close()

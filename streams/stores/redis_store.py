@@ -109,7 +109,9 @@ per write made redis-py's per-command work most of `dedup replay`'s client time)
 5. verdicts, last: first writer wins, atomic per document (one field in one slot); a removed
    canonical's c: entry goes here, so a redelivered removal still finds its seq;
 6. group sizes: the markers of 4 taken out, or for a verdict not recorded in 5 the growth
-   undone with its marker; shrinks (a relink) here; the pending links of 2 taken out.
+   undone with its marker; shrinks (a relink) here, each with a marker of its own (the round
+   sent again by a cluster client shrinks once); the pending links of 2 taken out;
+7. the shrinks' markers taken out (only a batch that shrinks a group has this round).
 
 A crash after 3 leaves a c: entry whose s: entry is missing: the redelivery finds it dead
 and registers the canonical under a new seq (a seq left in a band entry without an s: entry
@@ -150,8 +152,9 @@ ASK command was not run). A connection lost or timed out after the node ran a ro
 again too (redis-py's cluster client retries the whole pipeline), so every item must take
 being run twice: a verdict that finds the very value it writes answers as written (not as
 another writer's, which would undo its member's growth and leave the group short); the group
-markers make a growth count once. A shrink (`leave_group`, a relink) is not marked: sent again,
-it counts twice. A round that fails otherwise raises before the next one starts,
+markers make a growth count once, and a batch's shrink (a relink's) too: it is made after its
+member's verdict, with a marker taken out a round later. A shrink outside a batch
+(`leave_group` alone) is not marked. A round that fails otherwise raises before the next one starts,
 so nothing is written out of order, and the redelivered batch runs every round again. A
 cluster failover can lose the last writes a master acknowledged (replication is
 asynchronous). `WAIT n timeout` would block until n replicas have the client's writes, so a
@@ -389,14 +392,13 @@ return removed
 # 'n' a group size (g bucket): doc_id, members to add (negative: fewer), the day of the latest member (0 for
 #     a shrink: the group keeps its stamp). An expired group counts from nothing again; a group back to its
 #     canonical alone loses its field. The members besides the canonical.
-# 'm' a batch's growth or shrink of a group, once (g bucket): its marker field, doc_id, members to add
-#     (negative: fewer), the member's day (a shrink keeps the group's stamp, and its marker holds that stamp).
-#     The marker (set with the change, in the same script) makes it happen once however often the batch is
-#     applied or a round sent again; the group's members. 'M' the marker removed once the member's verdict is
-#     recorded: marker.
-#     'x' the change undone, its verdict not recorded (another writer decided the member): marker, doc_id,
-#     members; only where the marker was still there, with the stamp it holds (a group a shrink emptied comes
-#     back with its own).
+# 'm' a batch's growth of a group, once (g bucket): its marker field, doc_id, members to add, day. The marker
+#     (set with the growth, in the same script) makes the growth happen once however often the batch is
+#     applied again; the group's members. A shrink (negative members, after its member's verdict) the same,
+#     once however often its round is sent again: its marker holds the group's stamp, which the shrink keeps.
+#     'M' a marker removed (a growth's once the member's verdict is recorded): marker.
+#     'x' the growth undone, its verdict not recorded (another writer decided the member): marker, doc_id,
+#     members; only where the marker was still there.
 _BULK = (
     """
 local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
@@ -529,10 +531,8 @@ while a <= #ARGV do
     a = a + 3
   elseif code == 'x' then
     answer = 0
-    local mark = redis.call('HGET', key, ARGV[a + 2])
-    if mark then
-      redis.call('HDEL', key, ARGV[a + 2])
-      answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), tonumber(mark) % 65536)
+    if redis.call('HDEL', key, ARGV[a + 2]) == 1 then
+      answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), 0)
     end
     a = a + 5
   else
@@ -1552,9 +1552,9 @@ class RedisStateStore:
         for i in grows:
             write = writes[i]
             closer = closers[i] if closers is not None else None
-            if closer is not None and write.count:  # type: ignore[union-attr]
-                canonical, leaving = write.canonical_id, write.count < 0  # type: ignore[union-attr]
-                marked[i] = _marker(canonical, writes[closer].link.doc_id, leaving)  # type: ignore[union-attr]
+            if closer is not None and write.count > 0:  # type: ignore[union-attr]
+                canonical = write.canonical_id  # type: ignore[union-attr]
+                marked[i] = _marker(canonical, writes[closer].link.doc_id)  # type: ignore[union-attr]
                 day = _day(write.published_at, time.time())  # type: ignore[union-attr]
                 args = (marked[i], canonical, write.count, day)  # type: ignore[union-attr]
                 bulk.add(self._bucket("g", canonical), "m", args, results, i)
@@ -1579,8 +1579,11 @@ class RedisStateStore:
                     bulk.add(self._bucket("v", link.doc_id), "V", args, results, i)
         self._sink(bulk.calls(epoch, clock))
         # 6: group sizes, once the verdict that makes a member is recorded: the markers of 4 taken out (the
-        # growth undone for a verdict not recorded), the other growths and the shrinks made
+        # growth undone for a verdict not recorded), the other growths and the shrinks made. A member's shrink
+        # comes only now (made early, a crash before its verdict would leave the group short while the member
+        # still links to it), marked so that the round sent again shrinks once; 7 takes its marker out.
         bulk = _Bulk(self)
+        leaving: list[tuple[str, str]] = []
         for i in grows:
             write = writes[i]
             assert isinstance(write, GrowWrite)
@@ -1594,6 +1597,10 @@ class RedisStateStore:
                     results[i] = 0
             elif closer is not None and not results[closer]:
                 results[i] = 0
+            elif closer is not None and write.count < 0:
+                marker = _marker(write.canonical_id, writes[closer].link.doc_id, leaving=True)  # type: ignore[union-attr]
+                bulk.add(bucket, "m", (marker, write.canonical_id, write.count, 0), results, i)
+                leaving.append((bucket, marker))
             else:
                 day = _day(write.published_at, time.time()) if write.count > 0 else 0
                 bulk.add(bucket, "n", (write.canonical_id, write.count, day), results, i)
@@ -1602,6 +1609,11 @@ class RedisStateStore:
         for doc_id in unmarks:
             bulk.add(self._bucket("p", doc_id), "D", (doc_id,))
         self._sink(bulk.calls(epoch, clock))
+        if leaving:  # 7: once 6 is answered, never sent again; a crash before leaves a marker that only ever
+            bulk = _Bulk(self)  # stops a later shrink of the same member (a group one too many), never a growth
+            for bucket, marker in leaving:
+                bulk.add(bucket, "M", (marker,))
+            self._sink(bulk.calls(epoch, clock))
         return results, _bounded(max(moved))
 
     def _verdict_args(self, link: Link, seq: int, stamp: str) -> tuple[Any, ...]:
