@@ -22,7 +22,11 @@ transaction under the registration lease (live workers write under it too).
 After each batch the order key of its last link is stored (`{prefix}replay`), with
 the clock the replay found the state at, so an interrupted replay run again
 restores only what comes after it, judging what was applied before as the first
-run would (`Restorer._applied`); a replay that completes removes it. A link the
+run would (`Restorer._applied`); a replay that completes removes it. The clock found
+is kept from the start (`{{prefix}replay}:clock`), so a replay stopped after its first
+batch and before its first checkpoint judges by it too, not by the clock that batch
+moved; a `--fresh` replay stopped while it cleared the state has the next replay, with
+`--fresh` or without, clear it again before restoring over what the clear left. A link the
 state cannot take is skipped and reported as an unreadable record is: one to a
 document that is no canonical (a chain, which the store refuses with the whole
 batch), one whose vector the vector store refuses. The checkpoint is written right after the batch's
@@ -307,19 +311,23 @@ def read_links(
 
 _BEGUN = "begun"
 """The checkpoint of a replay that has restored nothing yet."""
+_CLEARING = "clearing"
+"""The found clock of a `--fresh` replay while it clears the state."""
 _HOLD = """
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
   if holder or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 end
-if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+if ARGV[2] == '' then redis.call('DEL', KEYS[2], KEYS[3]) else redis.call('SET', KEYS[2], ARGV[2]) end
+if ARGV[5] == '' then redis.call('DEL', KEYS[3]) elseif ARGV[5] ~= '-' then redis.call('SET', KEYS[3], ARGV[5]) end
 return 1
 """
-# KEYS: the replay's lease, its checkpoint (one slot: the lease's name hash-tags the checkpoint's); ARGV: the
-# lease's token, the checkpoint's new value ('' deletes it), the value it wrote last, the lease's time to live
-# in ms. Writes only while the lease is the caller's, or free with the checkpoint as the caller left it (a lapse
-# no other replay used: taken again); 0 otherwise.
+# KEYS: the replay's lease, its checkpoint, the clock the replay found (one slot: each name hash-tags the
+# checkpoint's); ARGV: the lease's token, the checkpoint's new value ('' deletes it, and the found clock with
+# it), the value it wrote last, the lease's time to live in ms, the found clock ('' deletes it, '-' leaves it).
+# Writes only while the lease is the caller's, or free with the checkpoint as the caller left it (a lapse no
+# other replay used: taken again); 0 otherwise.
 
 
 class ReplayLeaseLost(RuntimeError):
@@ -407,6 +415,9 @@ class Restorer:
         self._own_key = f"{{{self._checkpoint}}}:lease"
         """The replay's own lease, hash-tagged with its checkpoint's name: one slot, one script for both."""
         self._own_lock = RedisLock(client, self._own_key, lock_ttl_s)
+        self._found_key = f"{{{self._checkpoint}}}:clock"
+        """The clock the replay found, kept from `begin` until `done`: a replay stopped after its first batch
+        and before its first checkpoint (still "begun") resumes judging by it, not by the clock that batch moved."""
         self._own_wait_s = 2 * lock_ttl_s
         self._owner: str | None = None
         self._written: str | None = None
@@ -441,12 +452,13 @@ class Restorer:
         then its own again)."""
         self._hold(self._written or "")
 
-    def _hold(self, value: str) -> None:
-        """The checkpoint set to `value` ('' deletes it) under this replay's lease, else ReplayLeaseLost."""
+    def _hold(self, value: str, found: str = "-") -> None:
+        """The checkpoint set to `value` ('' deletes it, with the found clock) and the found clock to `found`
+        ('' deletes it, '-' leaves it) under this replay's lease, else ReplayLeaseLost."""
         if self._owner is None:
             raise self._lost()
-        args = [self._owner, value, self._written or "", self._ttl_ms]
-        if not self._hold_script(keys=[self._own_key, self._checkpoint], args=args):
+        args = [self._owner, value, self._written or "", self._ttl_ms, found]
+        if not self._hold_script(keys=[self._own_key, self._checkpoint, self._found_key], args=args):
             raise self._lost()
         self._written = value or None
 
@@ -462,10 +474,14 @@ class Restorer:
         return self._checkpointed()[0]
 
     def resume(self) -> Order | None:
-        """`checkpoint`, with `found_clock` set: the state's clock when no link is restored yet, else the one
-        the interrupted replay found (its own batches have moved the state's clock since)."""
+        """`checkpoint`, with `found_clock` set: the state's clock when no replay is under way, else the one
+        the interrupted replay found (its own batches have moved the state's clock since: its first one may
+        have been written before its first checkpoint, so "begun" alone does not mean the state is as found)."""
         after, clock = self._checkpointed()
-        self.found_clock = self.state.clock() if after is None else clock
+        if after is None:
+            found = self._client.get(self._found_key) if self._client.get(self._checkpoint) == _BEGUN else None
+            clock = int(found) if found is not None and found.isdigit() else self.state.clock()
+        self.found_clock = clock
         return after
 
     def _checkpointed(self) -> tuple[Order | None, int]:
@@ -484,14 +500,20 @@ class Restorer:
         the state deleted (`dedup replay --fresh`, for a state lost in part). Under the registration lease: a
         worker's batch in flight is written before, not across, the clear."""
         with self._clear_lock.held():
-            self._hold(_BEGUN)
+            self._hold(_BEGUN, found=_CLEARING)  # stopped in the clear (family by family), the next replay clears
             self.state.clear()
+            self._hold(_BEGUN, found="")  # the clock found is the cleared state's: `resume` reads it after this
+
+    def clearing(self) -> bool:
+        """Whether a `--fresh` replay stopped while it cleared the state: what the clear left (group sizes
+        whose members' verdicts went first) must go before anything is restored, or it would count again."""
+        return self._client.get(self._checkpoint) == _BEGUN and self._client.get(self._found_key) == _CLEARING
 
     def begin(self) -> None:
         """Mark the replay as under way before its first write, where no checkpoint is there yet: the
         workers write nothing from now until `done` (the store's "Lost")."""
         self._written = self._client.get(self._checkpoint)
-        self._hold(self._written or _BEGUN)
+        self._hold(self._written or _BEGUN, found=str(self.found_clock))
 
     def done(self, newest_seq: int = 0) -> None:
         """The replay completed: the verdict counter past `newest_seq` (the newest seq read, restored or
@@ -596,7 +618,8 @@ def replay_links(
     the configured one) and `vectors`; resumes after the last batch an interrupted replay restored.
 
     `fresh` deletes the state first and replays from the beginning: a state lost in part (a cluster master
-    failed over to a replica that had not copied it) is refused otherwise (`StateLost`).
+    failed over to a replica that had not copied it) is refused otherwise (`StateLost`). A `fresh` replay
+    stopped in its clear is cleared again by the next one, with `fresh` or without.
 
     RuntimeError in one line when Redis or the broker cannot be reached.
     """
@@ -613,7 +636,7 @@ def replay_links(
     with ExitStack() as held:
         try:
             held.enter_context(restorer.owned())  # before anything is written: one replay at a time
-            if fresh:
+            if fresh or restorer.clearing():
                 restorer.clear()
             resume_at = restorer.resume()  # Redis first: an unreachable one is said before the topic is read
             restorer.begin()
@@ -648,6 +671,8 @@ def replay_links(
             restorer.done(latest.newest_seq())
         except redis.ConnectionError as exc:
             raise RuntimeError(f"lost Redis while restoring (run again to resume): {exc}") from None
+        except redis.RedisError as exc:  # a full Redis (OOM under noeviction), a read-only replica: said in one line
+            raise RuntimeError(f"Redis refused a write while restoring (run again to resume): {exc}") from None
         finally:
             latest.close()
         return stats

@@ -24,6 +24,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 | `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands], a space, a token drawn when the state was marked ("Lost") |
 | `replay` (string) | | an unfinished `dedup replay`'s last restored position: nothing else writes meanwhile ("Lost") |
+| `{replay}:clock` (string) | | that replay's clock when it began (`clearing` during a `--fresh` clear) |
 | `lock:fence:{t}` (string) | | the newest lease epoch that wrote in slot group `t`; made with `layout` ("Lost") |
 | `models:{00}` (hash) | `n{name}`, `c{code}`, `#` | embedding models' codes (a verdict names its model by code) |
 
