@@ -19,6 +19,7 @@ one itself. This does, for any topic of JSON objects:
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -144,28 +145,54 @@ def read_to_end(
         )
     )
     try:
-        ends = end_offsets(consumer, topic)
-        starts = {tp.partition: OFFSET_BEGINNING for tp in ends}
-        if tail is not None:
-            starts = {tp.partition: max(0, tp.offset - tail) for tp in ends}
-        remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
-        if on_total is not None:
-            on_total(sum(remaining.values()))
-        consumer.assign([TopicPartition(tp.topic, tp.partition, starts[tp.partition]) for tp in ends])
-        while remaining:
-            message = consumer.poll(POLL_S)
-            if message is None:
-                continue
-            if message.error() is not None:
-                raise KafkaException(message.error())
-            partition, offset = message.partition(), message.offset()
-            if partition not in remaining or offset >= remaining[partition]:
-                continue
-            if offset + 1 >= remaining[partition]:
-                del remaining[partition]
-            yield message
+        yield from _read(consumer, client, settings, topic, on_total, tail)
+    except KafkaException as exc:  # the broker gone or restarting mid-read: one line, never a traceback
+        reason = client.first_reason() or exc.args[0].str()
+        raise RuntimeError(
+            f"the Kafka broker at {settings.kafka_bootstrap} failed while {topic} was read ({reason}); run the"
+            " command again once it is back"
+        ) from None
     finally:
         consumer.close()
+
+
+def _read(
+    consumer: Consumer,
+    client: CommandClient,
+    settings: Settings,
+    topic: str,
+    on_total: Callable[[int], None] | None,
+    tail: int | None,
+) -> Iterator[Message]:
+    """`read_to_end`'s reading, on its consumer; KafkaException where librdkafka raises one."""
+    ends = end_offsets(consumer, topic)
+    starts = {tp.partition: OFFSET_BEGINNING for tp in ends}
+    if tail is not None:
+        starts = {tp.partition: max(0, tp.offset - tail) for tp in ends}
+    remaining = {tp.partition: tp.offset for tp in ends if tp.offset > 0}
+    if on_total is not None:
+        on_total(sum(remaining.values()))
+    consumer.assign([TopicPartition(tp.topic, tp.partition, starts[tp.partition]) for tp in ends])
+    quiet_since = time.monotonic()
+    while remaining:
+        message = consumer.poll(POLL_S)
+        if message is None:
+            if time.monotonic() - quiet_since > TIMEOUT_S:  # the broker went away mid-read: said, not waited on
+                reason = client.first_reason() or "no records and no error"
+                raise RuntimeError(
+                    f"the Kafka broker at {settings.kafka_bootstrap} sent nothing of {topic} for {TIMEOUT_S:.0f} s"
+                    f" before its end offsets ({reason}); run the command again once it is back"
+                )
+            continue
+        quiet_since = time.monotonic()
+        if message.error() is not None:
+            raise KafkaException(message.error())
+        partition, offset = message.partition(), message.offset()
+        if partition not in remaining or offset >= remaining[partition]:
+            continue
+        if offset + 1 >= remaining[partition]:
+            del remaining[partition]
+        yield message
 
 
 def latest(settings: Settings, topic: str) -> Latest:

@@ -45,12 +45,12 @@ class CommandClient:
                 client.poll(0)  # serves error_cb
                 down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in self.errors)
                 if down or time.monotonic() > deadline:
-                    reason = self._first_reason() or exc.args[0].str()
+                    reason = self.first_reason() or exc.args[0].str()
                     raise RuntimeError(
                         f"cannot reach the Kafka broker at {self.settings.kafka_bootstrap}: {reason}"
                     ) from None
 
-    def _first_reason(self) -> str | None:
+    def first_reason(self) -> str | None:
         for error in self.errors:
             if error.code() != KafkaError._ALL_BROKERS_DOWN:
                 # "host:port/bootstrap: Connect to ... failed: Connection refused": the address is said once.
