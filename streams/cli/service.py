@@ -102,4 +102,8 @@ def publish_command(
     for problem in stats.rejected[:10]:
         err.print(tagged("rejected", "yellow", problem), soft_wrap=True)
     if stats.failed:
-        raise RuntimeError(f"{len(stats.failed)} records were not acknowledged; first: {stats.failed[0]}")
+        raise RuntimeError(
+            f"{len(stats.failed)} records were not acknowledged; first: {stats.failed[0]}; run `dedup publish`"
+            " again once the broker is back (it sends every line again: the workers take those already sent as"
+            " redeliveries)"
+        )

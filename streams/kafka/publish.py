@@ -93,32 +93,55 @@ def publish_files(
 
         return delivered
 
-    for line in read_lines(sources, settings.max_record_bytes):
-        stats.lines += 1
-        if on_bytes is not None:
-            on_bytes(line.consumed)
-        if line.size > settings.max_record_bytes:
-            reject(line, None, f"record is {line.size:,} bytes, above the limit of {settings.max_record_bytes:,}")
-            continue
-        key = record_key(line.raw)
-        try:
-            _produce(producer, settings.topics.raw, line.raw, key, delivery(line, key))
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise RuntimeError(f"{line.source}:{line.line_no}: {exc.args[0].str()}") from None
-            reject(line, key, f"record is {line.size:,} bytes, above what the broker accepts ({limit:,})")
-            continue
-        stats.sent += 1
-        producer.poll(0)
-        if stats.failed:  # the broker is gone or refuses: stop here, said in one line, not after every line
-            break
-    remaining = producer.flush(0 if stats.failed else SEND_TIMEOUT_S)  # failed already: said, not waited for
-    if remaining:
-        stats.failed.append(f"{remaining} records still unacknowledged after {SEND_TIMEOUT_S} s")
-    if alone:
-        _send_alone(client, common, settings.topics.raw, alone, stats, reject)
-        producer.flush(SEND_TIMEOUT_S)  # the rejections of those refused alone too
+    try:
+        for line in read_lines(sources, settings.max_record_bytes):
+            stats.lines += 1
+            if on_bytes is not None:
+                on_bytes(line.consumed)
+            if line.size > settings.max_record_bytes:
+                reject(line, None, f"record is {line.size:,} bytes, above the limit of {settings.max_record_bytes:,}")
+                continue
+            key = record_key(line.raw)
+            try:
+                _produce(producer, settings.topics.raw, line.raw, key, delivery(line, key))
+            except KafkaException as exc:
+                if _fatal(exc.args[0]):
+                    raise
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise RuntimeError(f"{line.source}:{line.line_no}: {exc.args[0].str()}") from None
+                reject(line, key, f"record is {line.size:,} bytes, above what the broker accepts ({limit:,})")
+                continue
+            stats.sent += 1
+            producer.poll(0)
+            if stats.failed:  # the broker is gone or refuses: stop here, said in one line, not after every line
+                break
+        remaining = producer.flush(0 if stats.failed else SEND_TIMEOUT_S)  # failed already: said, not waited for
+        if remaining:
+            stats.failed.append(f"{remaining} records still unacknowledged after {SEND_TIMEOUT_S} s")
+        if alone:
+            _send_alone(client, common, settings.topics.raw, alone, stats, reject)
+            producer.flush(SEND_TIMEOUT_S)  # the rejections of those refused alone too
+    except KafkaException as exc:  # produce, poll and flush raise it: one line, never a traceback
+        error: KafkaError = exc.args[0]
+        if _fatal(error):
+            raise RuntimeError(_refused(settings, client, error, stats)) from None
+        raise RuntimeError(f"the Kafka producer failed: {error.str()}") from None
     return stats
+
+
+def _fatal(error: KafkaError) -> bool:
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
+
+
+def _refused(settings: Settings, client: CommandClient, error: KafkaError, stats: PublishStats) -> str:
+    """Why the producer stopped for good, in one line: librdkafka's fatal error (an idempotent producer whose
+    sequence the broker lost track of: a broker restarted without that state), not a line of the input."""
+    fatal = error if error.fatal() else next((e for e in client.errors if e.fatal()), error)
+    return (
+        f"the Kafka broker at {settings.kafka_bootstrap} refused the producer for good after {stats.acknowledged:,}"
+        f" of the {stats.lines:,} lines read were acknowledged ({fatal.str()}); run `dedup publish` again: it"
+        " sends every line again, and the workers take those already sent as redeliveries"
+    )
 
 
 def _send_alone(
