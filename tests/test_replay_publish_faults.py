@@ -601,3 +601,31 @@ def test_a_replay_with_vectors_killed_at_random_points_ends_with_the_clean_repla
     vectors = _vectors(tmp_path / "clean" / "vectors")
     assert sum(map(len, vectors.values())) > 500, "the canonicals' vectors are restored"
     assert _vectors(tmp_path / "killed" / "vectors") == vectors
+
+
+def test_publish_interrupted_says_what_was_sent_and_that_it_starts_again(broker: LocalKafka, tmp_path: Path) -> None:
+    """Ctrl-C while publish sends: it ends in one line, exit code 130, and says what a re-run does (sends every
+    line again from the top), not the files commands' "saved up to the last document decided ... to resume",
+    which is untrue of publish (the lines still queued are dropped, and nothing records where it stopped)."""
+    stack = Stack(broker.bootstrap, "redis://127.0.0.1:1/0", tmp_path / "stack", partitions=3)
+    stack.folder.mkdir()
+    stack.create_topics()
+    source = tmp_path / "articles.jsonl"
+    _articles(source, 200_000)
+    command = [sys.executable, "-m", "streams", "publish", "-q", str(source)]
+    process = subprocess.Popen(command, env=_publish_env(stack), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while process.poll() is None and _landed(broker.bootstrap, stack.settings().topics.raw) == 0:
+            assert time.monotonic() < deadline, "nothing landed in 60 s"
+            time.sleep(0.05)
+        assert process.poll() is None, "publish ended before it was interrupted: make the input larger"
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    stderr = errors.decode()
+    assert process.returncode == 130 and stderr.count("\n") == 1 and "Traceback" not in stderr, stderr[-600:]
+    assert "resume" not in stderr and "dedup publish` again" in stderr, stderr

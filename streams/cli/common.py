@@ -60,9 +60,23 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+RESUMES = (
+    "interrupted: outputs and state are saved up to the last document decided; run the same command again to resume"
+)
+"""What Ctrl-C leaves of the commands that resume where they stopped (`dedup run`, `dedup replay`)."""
+
+
 def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Expected failures (bad paths, bad configuration, a busy state folder) end in one line, not a traceback."""
+    return interrupted_says(RESUMES)(command)
 
+
+def interrupted_says(message: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`one_line_errors`, with what Ctrl-C leaves said as `message` (for a command that does not resume)."""
+    return functools.partial(_one_line_errors, interrupted=message)  # type: ignore[return-value]
+
+
+def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R]:
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -79,11 +93,7 @@ def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
         except sqlite3.Error as exc:  # a state or journal file another program wrote, or half of one
             err.print(tagged("error:", "bold red", f"a state folder's SQLite file cannot be used: {exc}"))
         except KeyboardInterrupt:
-            err.print(
-                "interrupted: outputs and state are saved up to the last document decided;"
-                " run the same command again to resume",
-                soft_wrap=True,
-            )
+            err.print(interrupted, soft_wrap=True, highlight=False)
             raise typer.Exit(130) from None
         raise typer.Exit(2)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from streams.cli.common import app, err, one_line_errors, progress_bar, tagged
+from streams.cli.common import app, err, interrupted_says, one_line_errors, progress_bar, tagged
 from streams.config import Settings
 
 
@@ -79,7 +79,10 @@ def topics_create_command(
 
 
 @app.command("publish")
-@one_line_errors
+@interrupted_says(
+    "interrupted: the lines the broker acknowledged are on the topic, the rest were dropped; run `dedup publish`"
+    " again to send every line from the first (the workers take those already sent as redeliveries)"
+)
 def publish_command(
     inputs: Annotated[list[str], typer.Argument(help="JSONL files of raw articles (.gz accepted), or -.")],
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from streams.config import Settings
 from streams.kafka.topics import CommandClient, message_limits
 from streams.records.stage import rejected_record
+from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import InputLine, read_lines
 
 SEND_TIMEOUT_S = 30
@@ -52,6 +53,15 @@ def publish_files(
     settings: Settings, sources: list[str], on_bytes: Callable[[int], None] | None = None
 ) -> PublishStats:
     """Produce every non-blank line of `sources` to the raw topic; wait until the broker acknowledged all."""
+    interrupts = Interrupts()
+    """Ctrl-C is held while librdkafka runs (it runs the delivery callbacks), and stops publishing between calls."""
+    with interrupts.installed():
+        return _publish(settings, sources, on_bytes, interrupts)
+
+
+def _publish(
+    settings: Settings, sources: list[str], on_bytes: Callable[[int], None] | None, interrupts: Interrupts
+) -> PublishStats:
     client = CommandClient(settings)
     limit = settings.worker.max_message_bytes
     common = {
@@ -76,7 +86,7 @@ def publish_files(
     def reject(line: InputLine, key: bytes | None, reason: str) -> None:
         stats.rejected.append(f"{line.source}:{line.line_no}: {reason}")
         value = rejected_record(reason, line.raw, {"source": line.source, "line": line.line_no}, max_bytes=fits)
-        _produce(producer, rejections, value, key, rejection_delivered)
+        _produce(producer, rejections, value, key, rejection_delivered, interrupts)
 
     def rejection_delivered(error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -103,7 +113,7 @@ def publish_files(
                 continue
             key = record_key(line.raw)
             try:
-                _produce(producer, settings.topics.raw, line.raw, key, delivery(line, key))
+                _produce(producer, settings.topics.raw, line.raw, key, delivery(line, key), interrupts)
             except KafkaException as exc:
                 if _fatal(exc.args[0]):
                     raise
@@ -112,15 +122,16 @@ def publish_files(
                 reject(line, key, f"record is {line.size:,} bytes, above what the broker accepts ({limit:,})")
                 continue
             stats.sent += 1
-            producer.poll(0)
+            with interrupts:
+                producer.poll(0)
             if stats.failed:  # the broker is gone or refuses: stop here, said in one line, not after every line
                 break
-        remaining = producer.flush(0 if stats.failed else SEND_TIMEOUT_S)  # failed already: said, not waited for
+        remaining = _flush(producer, 0 if stats.failed else SEND_TIMEOUT_S, interrupts)  # failed: not waited for
         if remaining:
             stats.failed.append(f"{remaining} records still unacknowledged after {SEND_TIMEOUT_S} s")
         if alone:
-            _send_alone(client, common, settings.topics.raw, alone, stats, reject)
-            producer.flush(SEND_TIMEOUT_S)  # the rejections of those refused alone too
+            _send_alone(client, common, settings.topics.raw, alone, stats, reject, interrupts)
+            _flush(producer, SEND_TIMEOUT_S, interrupts)  # the rejections of those refused alone too
     except KafkaException as exc:  # produce, poll and flush raise it: one line, never a traceback
         error: KafkaError = exc.args[0]
         if _fatal(error):
@@ -151,6 +162,7 @@ def _send_alone(
     lines: list[tuple[InputLine, bytes | None]],
     stats: PublishStats,
     reject: Callable[[InputLine, bytes | None, str], None],
+    interrupts: Interrupts,
 ) -> None:
     """Send each line again in a request of its own: a broker refuses a whole batch for one record above its
     limit, and the valid lines batched with it must still reach the topic; only one refused alone is rejected."""
@@ -162,8 +174,8 @@ def _send_alone(
             if error is not None:
                 refused.append(error)
 
-        _produce(producer, topic, line.raw, key, delivered)
-        producer.flush(SEND_TIMEOUT_S)
+        _produce(producer, topic, line.raw, key, delivered, interrupts)
+        _flush(producer, SEND_TIMEOUT_S, interrupts)
         if not refused:
             stats.acknowledged += 1
         elif refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
@@ -172,20 +184,33 @@ def _send_alone(
             stats.failed.append(f"{line.source}:{line.line_no}: {refused[0].str()}")
 
 
+def _flush(producer: Producer, timeout_s: float, interrupts: Interrupts) -> int:
+    """`producer.flush(timeout_s)` in steps of 0.2 s, Ctrl-C held during each: how many records are left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with interrupts:
+            left = int(producer.flush(max(0.0, min(0.2, deadline - time.monotonic()))))
+        if not left or time.monotonic() >= deadline:
+            return left
+
+
 def _produce(
     producer: Producer,
     topic: str,
     value: bytes,
     key: bytes | None,
     on_delivery: Callable[[KafkaError | None, Message], None],
+    interrupts: Interrupts,
 ) -> None:
     deadline = time.monotonic() + SEND_TIMEOUT_S
     while True:
         try:
-            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+            with interrupts:
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             return
         except BufferError:  # the local queue is full: let deliveries drain it
-            producer.poll(0.5)
+            with interrupts:
+                producer.poll(0.5)
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"the broker took nothing for {SEND_TIMEOUT_S} s (gone, or stalled): stopped publishing"

@@ -20,14 +20,11 @@ from __future__ import annotations
 import base64
 import fcntl
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +37,7 @@ from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
 from streams.runner.collector import rare_collections
+from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
 from streams.stores.journal import Journal, settle
@@ -177,43 +175,6 @@ def note_owner(paths: RunPaths) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, paths.owner)
-
-
-class Interrupts:
-    """Ctrl-C waits while a document is decided and written, and while the state commits.
-
-    Elsewhere (reading, parsing, embedding) it stops the run at once: every verdict
-    recorded so far is then in the outputs, and committing the state is safe.
-    """
-
-    def __init__(self) -> None:
-        self._holding = False
-        self._pending = False
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if not self._holding:
-            raise KeyboardInterrupt
-        self._pending = True
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # signals reach the main thread only
-            return
-        previous = signal.signal(signal.SIGINT, self._handle)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
-    def __enter__(self) -> None:
-        self._holding = True
-
-    def __exit__(self, *exc: object) -> None:
-        self._holding = False
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
 
 
 def run(

@@ -26,7 +26,8 @@ from streams.core.model import clamped, expired, keep_seconds
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
-from streams.runner.embedded import COMMIT_SECONDS, Interrupts, locked, sweep
+from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
+from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import read_lines
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
