@@ -217,3 +217,11 @@ def test_a_nan_alarm_factor_is_refused(tmp_path: Path) -> None:
     assert dedup("run", SAMPLE, "--out", out, *CHEAP, "-q").returncode == 0
     result = dedup("report", out / "links.jsonl", "--alarm-factor", "nan", "--json")
     assert_one_line_error(result, "alarm factor")
+
+
+@pytest.mark.parametrize("command", [("topics", "create"), ("publish", str(SAMPLE))])
+def test_a_kafka_setting_librdkafka_refuses_is_one_line(command: tuple[str, ...]) -> None:
+    """A typo in DEDUP_KAFKA_CONFIG (a property librdkafka does not know) is said in one line naming it, before
+    any broker is asked: it was a KafkaException traceback from the client's constructor."""
+    env = {"DEDUP_KAFKA_BOOTSTRAP": "127.0.0.1:1", "DEDUP_KAFKA_CONFIG": '{"securty.protocol": "SSL"}'}
+    assert_one_line_error(dedup(*command, env=env), "securty.protocol")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
@@ -92,6 +93,12 @@ def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R
             err.print(tagged("error:", "bold red", exc), soft_wrap=True)
         except sqlite3.Error as exc:  # a state or journal file another program wrote, or half of one
             err.print(tagged("error:", "bold red", f"a state folder's SQLite file cannot be used: {exc}"))
+        except Exception as exc:  # librdkafka's own (a DEDUP_KAFKA_CONFIG property it does not know): one line
+            kafka = sys.modules.get("confluent_kafka")  # loaded only by the commands that use it
+            if kafka is None or not isinstance(exc, kafka.KafkaException):
+                raise
+            reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+            err.print(tagged("error:", "bold red", f"Kafka client: {reason}"), soft_wrap=True)
         except KeyboardInterrupt:
             err.print(interrupted, soft_wrap=True, highlight=False)
             raise typer.Exit(130) from None
