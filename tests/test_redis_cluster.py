@@ -347,6 +347,32 @@ def _command(name: str, key: str) -> bytes:
     return rb"\$%d\r\n%b\r\n\$%d\r\n%b\r\n" % (len(name), name.encode(), len(key.encode()), re.escape(key.encode()))
 
 
+def _parsed(buffer: bytearray) -> list[bytes] | None:
+    """The first whole command (a RESP array of bulk strings) in `buffer`, taken out of it; None: none yet."""
+    pos = buffer.find(b"\r\n")
+    if pos < 0:
+        return None
+    count, pos = int(buffer[1:pos]), pos + 2
+    parts = []
+    for _ in range(count):
+        end = buffer.find(b"\r\n", pos)
+        if end < 0:
+            return None
+        start = end + 2
+        stop = start + int(buffer[pos + 1 : end])
+        if len(buffer) < stop + 2:
+            return None
+        parts.append(bytes(buffer[start:stop]))
+        pos = stop + 2
+    del buffer[:pos]
+    return parts
+
+
+def _spelled(command: list[bytes]) -> bytes:
+    """`command` as it travels (RESP), for `_item` and `_command` to match."""
+    return b"*%d\r\n" % len(command) + b"".join(b"$%d\r\n%b\r\n" % (len(part), part) for part in command)
+
+
 _WRITE_SCRIPT = _BULK.split("\n")[1].encode()
 """The first line of the store's write script (`_BULK`), which a cluster client's EVAL carries."""
 
@@ -362,7 +388,7 @@ class _LostReplies:
         self._pattern = re.compile(b"|".join(patterns)) if patterns else None
         self._nth = nth
         self.writes = 0
-        """Requests carrying the write script so far (a round sends one a slot)."""
+        """Commands counted so far (`_counts`: those carrying the write script; a round sends one a slot)."""
         self.dropped = 0
         self._lock = threading.Lock()
         self._listeners: dict[int, socket.socket] = {}
@@ -371,11 +397,19 @@ class _LostReplies:
             self._listeners[port] = listener
             threading.Thread(target=self._accept, args=(listener, port), daemon=True).start()
 
-    def _loses(self, data: bytes) -> bool:
+    def _counts(self, command: list[bytes]) -> bool:
+        """Whether `command` is one `nth` counts."""
+        return command[0].upper() == b"EVAL" and _WRITE_SCRIPT in command[1]
+
+    def _loses(self, command: list[bytes]) -> bool:
+        """Whether the reply to `command` (and to what follows on its connection) is the one to lose."""
         with self._lock:
-            if _WRITE_SCRIPT in data:
+            if self._counts(command):
                 self.writes += 1
-            hit = self.writes == self._nth if self._nth else bool(self._pattern and self._pattern.search(data))
+            if self._nth:
+                hit = self.writes == self._nth and self._counts(command)
+            else:
+                hit = bool(self._pattern and self._pattern.search(_spelled(command)))
             if hit and not self.dropped:
                 self.dropped = 1
                 return True
@@ -397,10 +431,13 @@ class _LostReplies:
             threading.Thread(target=self._replies, args=(server, client, lose), daemon=True).start()
 
     def _requests(self, client: socket.socket, server: socket.socket, lose: threading.Event) -> None:
+        buffer = bytearray()  # a pipeline's commands reach the proxy in one read or in several
         with contextlib.suppress(OSError):
             while data := client.recv(1 << 16):
-                if self._loses(data):
-                    lose.set()
+                buffer += data
+                while (command := _parsed(buffer)) is not None:
+                    if self._loses(command):
+                        lose.set()
                 server.sendall(data)
 
     def _replies(self, server: socket.socket, client: socket.socket, lose: threading.Event) -> None:
