@@ -404,10 +404,10 @@ class _LostReplies:
     def _loses(self, command: list[bytes]) -> bool:
         """Whether the reply to `command` (and to what follows on its connection) is the one to lose."""
         with self._lock:
-            if self._counts(command):
-                self.writes += 1
+            counted = self._counts(command)
+            self.writes += counted
             if self._nth:
-                hit = self.writes == self._nth and self._counts(command)
+                hit = counted and self.writes == self._nth
             else:
                 hit = bool(self._pattern and self._pattern.search(_spelled(command)))
             if hit and not self.dropped:

@@ -11,6 +11,14 @@ A lease that expired anyway (the holder was stopped, paused or starved past
 carries the `Lease` it was decided under and the store checks it: the token
 before a batch, and the lease's epoch inside every one-slot script that writes
 (`RedisStateStore.apply`, "Fencing"). That check is the fence.
+
+A cluster client sends a command again when its reply was lost (a dropped
+connection, a failover): each command here takes being run twice. A SET NX sent
+again finds the taker's own token; an INCR sent again draws a later epoch; a
+publication sent again finds its own epoch, and the lease draws once more. A
+release leaves a mark (`{key}:released` in the lock's slot, the lease's token, for
+`ttl_s`), so that one sent again finds it freed the lock itself, not that the
+lease had expired while held.
 """
 
 from __future__ import annotations
@@ -24,13 +32,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
+from redis.crc import key_slot
 
 log = logging.getLogger(__name__)
 
+# KEYS: the lock, its release mark (in the lock's slot; the lock alone where none can be); ARGV: the token, the
+# mark's time to live in ms. The mark tells a release sent again (a cluster client resends a command whose
+# reply was lost) that it freed the lock itself, where it would find it free and take it for expired.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  if KEYS[2] then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+  return 1
 end
+if KEYS[2] and redis.call('GET', KEYS[2]) == ARGV[1] then return 1 end
 return 0
 """
 _AT_LEAST = """
@@ -43,6 +58,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def _beside(name: str, suffix: str, cluster: bool) -> list[str]:
+    """A key named after `name` in its slot (a script's keys share one on a cluster): `name` and `suffix`,
+    under the same prefix, on one server or where `name` has a hash tag, else `name` made the tag; none where
+    that would hash elsewhere."""
+    for key in (f"{name}{suffix}", f"{{{name}}}{suffix}"):
+        if not cluster or key_slot(key.encode()) == key_slot(name.encode()):
+            return [key]
+    return []
 
 
 class LockTimeout(RuntimeError):
@@ -65,7 +90,8 @@ class Lease:
 
 
 class RedisLock:
-    """SET NX PX to take, compare-and-expire to renew, compare-and-delete to release."""
+    """SET NX PX to take, compare-and-expire to renew, compare-and-delete to release (leaving a mark that a
+    release sent again after a lost reply finds)."""
 
     def __init__(
         self,
@@ -81,6 +107,7 @@ class RedisLock:
         self._redis = client
         self._name = name
         self._epoch = f"{name}:epoch"
+        self._cluster = isinstance(client, redis.RedisCluster)
         self._fence = fence
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._renew = renew
@@ -127,7 +154,8 @@ class RedisLock:
 
     def release(self, lease: Lease) -> bool:
         """Free the lock if `lease` still holds it (never another holder's); False if it had expired."""
-        return bool(self._release(keys=[lease.key], args=[lease.token]))
+        keys = [lease.key, *_beside(lease.key, ":released", self._cluster)]  # the lock, and its release mark
+        return bool(self._release(keys=keys, args=[lease.token, self._ttl_ms]))
 
     @contextmanager
     def held(self, wait_s: float = 60.0) -> Iterator[Lease]:
