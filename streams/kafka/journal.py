@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.config import Settings
@@ -141,6 +141,7 @@ def read_to_end(
                 "group.id": f"dedup-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,  # a partition's end said as such: see `_read`
             }
         )
     )
@@ -185,8 +186,15 @@ def _read(
                 )
             continue
         quiet_since = time.monotonic()
-        if message.error() is not None:
-            raise KafkaException(message.error())
+        error = message.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            # Nothing more to give there now. The end offset may count offsets no record is given at: a
+            # transaction's commit or abort marker (MirrorMaker 2 with exactly-once, a Streams job), an aborted
+            # transaction's records. Waiting for the record at `end - 1` waited out TIMEOUT_S and failed.
+            remaining.pop(message.partition(), None)
+            continue
+        if error is not None:
+            raise KafkaException(error)
         partition, offset = message.partition(), message.offset()
         if partition not in remaining or offset >= remaining[partition]:
             continue

@@ -1,0 +1,102 @@
+"""Reading a topic to its end when its last offsets hold no record a consumer is given.
+
+A transactional producer (MirrorMaker 2 copying `dedup.links` to another cluster with exactly-once,
+a Kafka Streams or Flink job writing links) ends each transaction with a commit or abort marker: an
+offset of its own, counted in the end offset, never delivered. A reader that waits for the record at
+`end - 1` waits for nothing: `dedup replay`, `dedup relink` and the checks that read a topic's tail
+stopped after 30 s with "sent nothing ... before its end offsets", on a topic they had read whole.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import orjson
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.config import Settings
+from streams.kafka.journal import latest, newest_seq, read_to_end
+
+QUICK_S = 10.0
+"""Well under the reader's 30-s quiet timeout: a read that waits it out fails."""
+
+
+def _topic(bootstrap: str, partitions: int = 1) -> str:
+    topic = f"reads-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(30)
+    return topic
+
+
+def _link(n: int) -> tuple[bytes, bytes]:
+    """A canonical's link record, as a worker writes it (the replay's reading takes it)."""
+    doc_id = f"doc-{n}"
+    record = {
+        "doc_id": doc_id, "verdict": "unique", "canonical_id": doc_id, "stage": None, "score": None,
+        "linked_at": f"2026-11-01T00:00:{n:02d}Z", "model": None, "url_hash": f"{n:064x}",
+        "content_hash": f"{n + 10_000:064x}", "simhash": f"{(n * 0x9E3779B97F4A7C15) % (1 << 64):016x}",
+        "language": "en", "published_at": f"2026-11-01T00:00:{n:02d}Z", "seq": n + 1,
+    }  # fmt: skip
+    return doc_id.encode(), orjson.dumps(record)
+
+
+def _transactional(bootstrap: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"mirror-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    return producer
+
+
+def _in_transaction(producer: Producer, topic: str, numbers: range, commit: bool = True) -> None:
+    producer.begin_transaction()
+    for n in numbers:
+        key, value = _link(n)
+        producer.produce(topic, key=key, value=value, partition=n % 2 if _partitions(producer, topic) > 1 else 0)
+    producer.flush(30)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def _partitions(producer: Producer, topic: str) -> int:
+    return len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def test_a_topic_that_ends_in_a_commit_marker_is_read_whole_at_once(kafka_bootstrap: str) -> None:
+    topic = _topic(kafka_bootstrap, partitions=2)
+    producer = _transactional(kafka_bootstrap)
+    _in_transaction(producer, topic, range(6))
+    settings = Settings(kafka_bootstrap=kafka_bootstrap)
+    started = time.monotonic()
+    found = latest(settings, topic)
+    assert time.monotonic() - started < QUICK_S
+    assert sorted(found.records) == [f"doc-{n}" for n in range(6)] and not found.bad
+    assert newest_seq(settings, topic) == 6
+
+
+def test_an_aborted_transaction_at_the_end_is_passed_over_not_waited_for(kafka_bootstrap: str) -> None:
+    """What was committed is read; what was aborted after it is never given, so never waited for."""
+    topic = _topic(kafka_bootstrap)
+    producer = _transactional(kafka_bootstrap)
+    _in_transaction(producer, topic, range(3))
+    _in_transaction(producer, topic, range(3, 5), commit=False)
+    started = time.monotonic()
+    read = [
+        orjson.loads(message.value())["doc_id"]
+        for message in read_to_end(Settings(kafka_bootstrap=kafka_bootstrap), topic)
+    ]
+    assert time.monotonic() - started < QUICK_S
+    assert read == ["doc-0", "doc-1", "doc-2"]
+
+
+def test_a_topic_holding_only_an_aborted_transaction_reads_as_empty(kafka_bootstrap: str) -> None:
+    topic = _topic(kafka_bootstrap)
+    _in_transaction(_transactional(kafka_bootstrap), topic, range(4), commit=False)
+    settings = Settings(kafka_bootstrap=kafka_bootstrap)
+    started = time.monotonic()
+    assert newest_seq(settings, topic) == 0
+    assert list(read_to_end(settings, topic)) == []
+    assert time.monotonic() - started < QUICK_S
