@@ -9,14 +9,23 @@ stopped after 30 s with "sent nothing ... before its end offsets", on a topic th
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import orjson
+import pytest
+import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from benchmarks.replay_speed import link_records, produce
 from streams.config import Settings
+from streams.evaluation.stack import Stack
 from streams.kafka.journal import latest, newest_seq, read_to_end
 
 QUICK_S = 10.0
@@ -100,3 +109,44 @@ def test_a_topic_holding_only_an_aborted_transaction_reads_as_empty(kafka_bootst
     assert newest_seq(settings, topic) == 0
     assert list(read_to_end(settings, topic)) == []
     assert time.monotonic() - started < QUICK_S
+
+
+# --- `dedup replay` with no room for its sorting file ------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: room for the replay to start its sorting file, not for a topic's links."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_replay_without_room_for_its_sorting_file_says_so_in_one_line_and_writes_nothing(
+    make_stack: Callable[[str], Stack], small_tmp: Path
+) -> None:
+    stack = make_stack("url,content,simhash")
+    stack.create_topics()
+    settings = stack.settings()
+    produce(stack.bootstrap, settings.topics.links, link_records(3_000, seed=3))
+    prefix = f"{stack.name}:"
+    env = {**os.environ, **stack.env(), "DEDUP_REDIS_PREFIX": prefix, "TMPDIR": str(small_tmp), "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "replay"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and str(small_tmp) in said[0] and "TMPDIR" in said[0], done.stderr
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    families = {key.removeprefix(prefix).split(":")[0] for key in client.scan_iter(f"{prefix}*")}
+    assert families <= {"layout", "oldest", "lock", "replay", "{replay}"}, families  # nothing restored
+    client.close()

@@ -151,22 +151,25 @@ class LatestLinks:
 
     def __init__(self, folder: str | None = None) -> None:
         """`folder`: where the temporary file goes (default: TMPDIR)."""
-        made = tempfile.mkdtemp(prefix="dedup-replay-", dir=folder)
+        self._folder = folder or tempfile.gettempdir()
+        with self._sorting():
+            made = tempfile.mkdtemp(prefix="dedup-replay-", dir=folder)
         path = Path(made) / "latest.sqlite3"
         try:
-            self._db = sqlite3.connect(path, isolation_level=None)
-            self._db.executescript(
-                f"""
-                PRAGMA journal_mode = OFF;
-                PRAGMA synchronous = OFF;
-                PRAGMA cache_size = -{CACHE_KIB};
-                PRAGMA temp_store = FILE;
-                CREATE TABLE latest (
-                    doc_id TEXT PRIMARY KEY, has_seq INTEGER, seq INTEGER, linked_at TEXT,
-                    part INTEGER, off INTEGER, value BLOB
-                );
-                """
-            )
+            with self._sorting():
+                self._db = sqlite3.connect(path, isolation_level=None)
+                self._db.executescript(
+                    f"""
+                    PRAGMA journal_mode = OFF;
+                    PRAGMA synchronous = OFF;
+                    PRAGMA cache_size = -{CACHE_KIB};
+                    PRAGMA temp_store = FILE;
+                    CREATE TABLE latest (
+                        doc_id TEXT PRIMARY KEY, has_seq INTEGER, seq INTEGER, linked_at TEXT,
+                        part INTEGER, off INTEGER, value BLOB
+                    );
+                    """
+                )
         finally:
             shutil.rmtree(made, ignore_errors=True)
         self._pending: dict[str, _Read] = {}
@@ -175,6 +178,18 @@ class LatestLinks:
 
     def close(self) -> None:
         self._db.close()
+
+    @contextmanager
+    def _sorting(self) -> Iterator[None]:
+        """The file's failures in one line that names its folder: said as a state file's ("a state folder's
+        SQLite file cannot be used: database or disk is full"), a full TMPDIR sent people to their state."""
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            raise RuntimeError(
+                f"the replay's sorting file in {self._folder} failed ({exc}): it holds the latest link of every"
+                " document, about the size of the compacted topic; set TMPDIR to a folder with room for it"
+            ) from None
 
     def add(self, read: _Read) -> None:
         """Fold one record in: it replaces its document's record if it is later (`_newest`)."""
@@ -186,8 +201,11 @@ class LatestLinks:
 
     def _fold(self) -> None:
         pending, self._pending, self._pending_bytes = self._pending, {}, 0
-        if not pending:
-            return
+        if pending:
+            with self._sorting():
+                self._fold_in(pending)
+
+    def _fold_in(self, pending: dict[str, _Read]) -> None:
         ids = list(pending)
         stored: dict[str, _Read] = {}
         for start in range(0, len(ids), 500):
@@ -212,36 +230,41 @@ class LatestLinks:
 
     def __len__(self) -> int:
         self._fold()
-        return int(self._db.execute("SELECT COUNT(*) FROM latest").fetchone()[0])
+        with self._sorting():
+            return int(self._db.execute("SELECT COUNT(*) FROM latest").fetchone()[0])
 
     def _index(self) -> None:
         self._fold()
         if not self._indexed:
-            self._db.execute("CREATE INDEX decision_order ON latest (has_seq, seq, linked_at, part, off)")
+            with self._sorting():
+                self._db.execute("CREATE INDEX decision_order ON latest (has_seq, seq, linked_at, part, off)")
             self._indexed = True
 
     def newest_seq(self) -> int:
         """The highest `seq` of every record read (a document's kept record holds its highest); 0: none."""
         self._fold()
-        return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM latest").fetchone()[0])
+        with self._sorting():
+            return int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM latest").fetchone()[0])
 
     def count_through(self, order: Order) -> int:
         """How many documents come at or before `order`."""
         self._index()
         query = "SELECT COUNT(*) FROM latest WHERE (has_seq, seq, linked_at, part, off) <= (?, ?, ?, ?, ?)"
-        return int(self._db.execute(query, order).fetchone()[0])
+        with self._sorting():
+            return int(self._db.execute(query, order).fetchone()[0])
 
     def ordered(self, after: Order | None = None) -> Iterator[tuple[Order, dict[str, Any]]]:
         """Every document's latest record in decision order (only those after `after` when given)."""
         self._index()
         where = "WHERE (has_seq, seq, linked_at, part, off) > (?, ?, ?, ?, ?)" if after is not None else ""
-        rows = self._db.execute(
-            f"SELECT has_seq, seq, linked_at, part, off, value FROM latest {where}"
-            " ORDER BY has_seq, seq, linked_at, part, off",
-            after or (),
-        )
-        for *order, value in rows:
-            yield tuple(order), orjson.loads(value)  # type: ignore[misc]
+        with self._sorting():
+            rows = self._db.execute(
+                f"SELECT has_seq, seq, linked_at, part, off, value FROM latest {where}"
+                " ORDER BY has_seq, seq, linked_at, part, off",
+                after or (),
+            )
+            for *order, value in rows:
+                yield tuple(order), orjson.loads(value)  # type: ignore[misc]
 
 
 def decided_at(linked_at: Any) -> str:
