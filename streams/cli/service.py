@@ -28,7 +28,7 @@ def worker_command(
     import faust
 
     from streams.kafka.topics import message_limits
-    from streams.service.app import build_app, check_broker_limits
+    from streams.service.app import InstanceClaim, build_app, check_broker_limits
     from streams.service.resources import Resources
     from streams.service.stages import Agent, input_topic, pipeline
 
@@ -46,12 +46,19 @@ def worker_command(
     written = [topics.links, topics.deduped, topics.rejected, *(input_topic(settings, a) for a in chain[1:])]
     if Agent.SEMANTIC in agents:
         written.append(topics.candidates)
-    check_broker_limits(settings, message_limits(settings, written))
+    read = [input_topic(settings, agent) for agent in agents]
+    check_broker_limits(settings, message_limits(settings, written, read))
     resources = Resources(settings)
+    claim = InstanceClaim.of(settings, resources.redis)
     try:
+        if claim is not None:
+            # before joining the group: a second member of one id would unseat the first
+            claim.acquire(lambda line: err.print(tagged("waiting:", "yellow", line), soft_wrap=True, highlight=False))
         faust_app, _ = build_app(settings, agents, resources)
         faust.Worker(faust_app, loglevel=log_level.upper()).execute_from_commandline()
     finally:
+        if claim is not None:
+            claim.release()
         resources.close()
 
 

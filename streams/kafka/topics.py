@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,11 +149,17 @@ def _topic_configs(admin: AdminClient, names: list[str]) -> dict[str, dict[str, 
     return configs
 
 
-def message_limits(settings: Settings, names: list[str]) -> dict[str, int]:
-    """The largest record each topic accepts (its `max.message.bytes`), where the broker says."""
+def message_limits(settings: Settings, names: list[str], read: Sequence[str] = ()) -> dict[str, int]:
+    """The largest record each topic accepts (its `max.message.bytes`), where the broker says; RuntimeError
+    when one of them, or of the topics in `read`, does not exist: a consumer asking for a missing topic has
+    the broker create it with its own defaults (one partition, which no `dedup topics create` changes)."""
     client = CommandClient(settings)
     admin = AdminClient(client.config())
-    client.reach(admin)
+    existing = client.reach(admin).topics
+    missing = [name for name in dict.fromkeys([*read, *names]) if name not in existing]
+    if missing:
+        named = f"topic {missing[0]} does" if len(missing) == 1 else f"topics {', '.join(missing)} do"
+        raise RuntimeError(f"{named} not exist on the broker: run `dedup topics create` first")
     configs = _topic_configs(admin, names)
     return {
         name: int(entries["max.message.bytes"]) for name, entries in configs.items() if "max.message.bytes" in entries

@@ -17,17 +17,24 @@ broker refuses for good (too large) is replaced by a rejection that says so.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import logging
+import os
+import secrets
+import socket
 import ssl
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
+import orjson
+import redis
 from faust.types import EventT
 from mode import ServiceT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -71,6 +78,119 @@ def check_record_limits(settings: Settings) -> None:
             f" {limit - FEATURES_ROOM_BYTES:,}, or raise the broker's message.max.bytes and"
             " DEDUP_WORKER__MAX_MESSAGE_BYTES together"
         )
+
+
+# KEYS: the claim; ARGV: this worker's token, the claim's time to live in ms. Renewed while it holds the token,
+# taken back where it lapsed (a worker paused past it) and nobody took it meanwhile; 0 when another holds it.
+_RENEW_CLAIM = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+_RELEASE_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class InstanceClaim:
+    """A worker's hold on its static membership id (`worker.instance_id`), in Redis.
+
+    Two workers started with one instance id (a copy-pasted deployment, a pod started twice) are one
+    member to the broker: each join replaces the other, whose next heartbeat finds itself unknown and
+    joins again, for ever (aiokafka has no fenced state for a static member). Both hold every partition,
+    both decide and publish every record again and again, and neither commits. The broker cannot tell
+    the second from a restart of the first, so the workers tell it themselves: the first to start holds
+    the id in Redis, renewed by a thread; a second start waits out the claim of a worker killed without
+    stopping (at most `ttl_s`) and refuses, in one line, one still renewed. A worker whose claim lapsed
+    (paused past `ttl_s`) and was taken by another exits at once: the broker has fenced it already.
+    """
+
+    def __init__(
+        self, client: redis.Redis | redis.RedisCluster, prefix: str, group: str, instance: str, ttl_s: float
+    ) -> None:
+        self._redis = client
+        self._key = f"{prefix}lock:instance:{group}:{instance}"  # a lease: not state (replay rebuilds none)
+        self._named = f"DEDUP_WORKER__INSTANCE_ID={instance} in group {group}"
+        self._instance = instance
+        self._ttl_s = ttl_s
+        self._token = f"{socket.gethostname()} pid {os.getpid()} {secrets.token_hex(8)}"
+        self._renew = client.register_script(_RENEW_CLAIM)
+        self._release = client.register_script(_RELEASE_CLAIM)
+        self._done = threading.Event()
+
+    @classmethod
+    def of(cls, settings: Settings, client: redis.Redis | redis.RedisCluster) -> InstanceClaim | None:
+        """The claim of this worker's instance id in its group; None without one (dynamic membership)."""
+        worker = settings.worker
+        if not worker.instance_id:
+            return None
+        return cls(client, settings.redis_prefix, worker.group_id, worker.instance_id, worker.session_timeout_s)
+
+    def acquire(self, say: Callable[[str], None] = log.warning) -> None:
+        """Hold the id, waiting up to `ttl_s` for a killed holder's claim to lapse; RuntimeError, naming the
+        holder, when another worker still renews it. A Redis that does not answer is waited for. `say` tells
+        why it waits (before the worker's logging is set up, the CLI's stderr)."""
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        said = False
+        while True:
+            try:
+                if self._redis.set(self._key, self._token, nx=True, px=self._ttl_ms) or self._held() == self._token:
+                    break
+                holder = self._held()
+            except redis.RedisError as exc:  # no decision without Redis either: wait for it
+                say(f"instance id {self._instance} not claimed yet, Redis: {exc}")
+                deadline = time.monotonic() + self._ttl_s + 1.0
+                time.sleep(1.0)
+                continue
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"another worker runs with {self._named} ({holder}): give each worker an instance id of its"
+                    " own (two with one id take each other's partitions for ever)"
+                )
+            if not said:
+                say(
+                    f"instance id {self._instance} is held by {holder}; waiting up to {self._ttl_s:.0f} s for it to"
+                    " lapse (a worker killed without stopping holds it that long)"
+                )
+                said = True
+            time.sleep(0.2)
+        threading.Thread(target=self._keep, name="instance-claim", daemon=True).start()
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, int(self._ttl_s * 1000))
+
+    def _held(self) -> str | None:
+        held = self._redis.get(self._key)
+        return held.decode(errors="replace") if isinstance(held, bytes) else held
+
+    def _keep(self) -> None:
+        """Renew every third of the time to live; exit the process at once if another worker took the id."""
+        while not self._done.wait(self._ttl_s / 3):
+            try:
+                kept = self._renew(keys=[self._key], args=[self._token, self._ttl_ms])
+            except redis.RedisError as exc:  # kept by nobody else meanwhile, it is taken back on the next renewal
+                log.warning("instance id %s not renewed: %s", self._instance, exc)
+                continue
+            if not kept:
+                log.error(
+                    "another worker took %s while this one was paused past %.0f s: stopping; give each worker an"
+                    " instance id of its own",
+                    self._named,
+                    self._ttl_s,
+                )
+                logging.shutdown()
+                os._exit(2)  # the broker fenced this member already: nothing of it may run on
+
+    def release(self) -> None:
+        """Free the id (a restart takes it at once), unless another worker holds it now."""
+        self._done.set()
+        try:
+            self._release(keys=[self._key], args=[self._token])
+        except redis.RedisError as exc:  # it lapses by itself
+            log.warning("instance id %s not released (%s); it lapses in %.0f s", self._instance, exc, self._ttl_s)
 
 
 @dataclass
@@ -268,9 +388,28 @@ async def _send_all(outputs: list[Outgoing], app: faust.App, settings: Settings)
     deadline = settings.worker.delivery_timeout_s
     refused = await send_batched(producer, outputs, limit, deadline)
     if refused:
-        rejections = [_unsendable(out, settings) for out in refused]
-        for out in await send_batched(producer, rejections, limit, deadline):
+        # A rejection refused means the rejected topic takes less than worker.max_message_bytes (its
+        # max.message.bytes lowered since the worker started): it goes again without the bytes it quotes, and
+        # so does a rejection for a refused record that the rejected topic refuses too.
+        rejected = settings.topics.rejected
+        rejections = [_bare(out) if out.topic == rejected else _unsendable(out, settings) for out in refused]
+        refused = await send_batched(producer, rejections, limit, deadline)
+        for out in await send_batched(producer, [_bare(out) for out in refused], limit, deadline):
             raise RuntimeError(f"a rejection for {out.key!r} was refused by the broker as too large")
+
+
+def _bare(rejection: Outgoing) -> Outgoing:
+    """A rejection with the bytes it quotes cut to none (`raw_bytes` says how many they were), for a rejected
+    topic that refused it whole: its reason, origin and key still reach the topic."""
+    record = orjson.loads(rejection.value)
+    quoting = "raw" if "raw" in record else "raw_base64"
+    quoted = record[quoting]
+    if not quoted:
+        return rejection  # cut to none already
+    record.setdefault("raw_bytes", len(quoted.encode() if quoting == "raw" else base64.b64decode(quoted)))
+    record[quoting] = ""
+    record["reason"] += f"; the record itself left out ({rejection.topic} refused it as too large)"
+    return Outgoing(rejection.topic, rejection.key, orjson.dumps(record))
 
 
 def _unsendable(out: Outgoing, settings: Settings) -> Outgoing:
