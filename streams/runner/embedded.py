@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,7 +33,7 @@ import orjson
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, Stage, clamped, expired, keep_seconds, version_id
+from streams.core.model import Document, Stage, clamped, version_id
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
@@ -86,6 +87,11 @@ class RunPaths:
         """Which state folder the outputs belong to: they continue only with that state."""
         return self.out / "run.json"
 
+    @property
+    def written(self) -> tuple[Path, ...]:
+        """Every file a run writes in `out`."""
+        return (self.links, self.deduped, self.rejected, self.candidates, self.summary, self.owner)
+
 
 @contextmanager
 def locked(folder: Path, what: str = "state folder") -> Iterator[None]:
@@ -102,8 +108,10 @@ def locked(folder: Path, what: str = "state folder") -> Iterator[None]:
 
 
 def link_identity(record: dict[str, Any]) -> object:
-    """What a link says, without when it was written or measurements that a re-decision may round apart."""
-    fields = ("doc_id", "verdict", "canonical_id", "stage", "url_hash", "content_hash")
+    """What a link says, without when it was written or measurements that a re-decision may round apart. Not the
+    URL's hash: a document seen again (by id and content) gets its first verdict whatever URL it comes with now, or
+    however `sources` normalises it now, and that verdict's line is there already."""
+    fields = ("doc_id", "verdict", "canonical_id", "stage", "content_hash")
     return [record.get(name) for name in fields]
 
 
@@ -121,6 +129,31 @@ def article_features(record: dict[str, Any]) -> dict[str, Any]:
     """A published article's `features` object; empty where a file handed in says something else there."""
     features = record.get("features")
     return features if isinstance(features, dict) else {}
+
+
+def refuse_own_outputs(sources: list[str], paths: RunPaths) -> None:
+    """ValueError when an input is one of the files the run writes, by any name (a symlink, stdin redirected
+    from it): the run would read the lines it appends. Its own rejected.jsonl never ended (each rejection,
+    rejected again, is a new line), growing by gigabytes a minute."""
+    written: dict[tuple[int, int], Path] = {}
+    for path in paths.written:
+        try:
+            found = path.stat()
+        except OSError:
+            continue  # not written yet: no input can be it
+        written[found.st_dev, found.st_ino] = path
+    for source in sources:
+        try:
+            found = os.fstat(sys.stdin.fileno()) if source == "-" else os.stat(source)
+        except (OSError, ValueError):  # a stdin with no file behind it (a test runner's): none of these
+            continue
+        output = written.get((found.st_dev, found.st_ino))
+        if output is not None:
+            named = "standard input" if source == "-" else f"input {source}"
+            raise ValueError(
+                f"{named} is this run's output {output}: it would read the lines it writes;"
+                " copy it out of the --out folder first, or give another --out"
+            )
 
 
 def _claim_outputs(paths: RunPaths, force: bool) -> bool:
@@ -196,6 +229,7 @@ def run(
         held.enter_context(locked(paths.out, "output folder"))
         if paths.state.resolve() != paths.out.resolve():
             held.enter_context(locked(paths.state))
+        refuse_own_outputs(sources, paths)
         fresh = _claim_outputs(paths, force)
         state = SqliteStateStore(
             paths.state / "state.sqlite3", retention=settings.retention, band_layout=settings.simhash.band_layout
@@ -293,7 +327,6 @@ class _Run:
         self._featurizer = Featurizer(settings)
         self._vectors: dict[tuple[str, str], np.ndarray] = {}
         self.stats = RunStats(stages=tuple(settings.stages))
-        self._verdicts_s = keep_seconds(settings.retention.verdicts_days)
 
     def run(self, lines: Iterator[InputLine]) -> RunStats:
         """Decide every line; InputFailed (its cause the reader's error) once the lines read before the input
@@ -374,14 +407,13 @@ class _Run:
         out unique). A record the journal holds past the state's last commit (a kill between the two) is
         not the state's: the document is decided again, its verdict the same. A document dated past its
         ingest was stamped with the day its deciding run clamped it to: its record says whether that expired."""
-        clock, keep = self._state.clock(), self._verdicts_s
         future = _clamped(doc)
-        if not expired(doc.published_at, clock, keep) and not future:
+        if not self._state.verdict_expired(doc.published_at) and not future:
             return doc
         version = replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
         through = self._state.journal_mark  # what a kill left in the journal beyond the state is decided again
         first = self._journal.link(doc.doc_id, through)
-        if future and (first is None or not expired(parse_timestamp(first["published_at"]), clock, keep)):
+        if future and (first is None or not self._state.verdict_expired(parse_timestamp(first["published_at"]))):
             return doc  # the state holds its verdict, stamped with the day the run that decided it clamped it to
         for known, record in ((doc, first), (version, self._journal.link(version.doc_id, through))):
             if record is not None and record.get("content_hash") == doc.content_hash:

@@ -65,7 +65,8 @@ def read_lines(sources: list[str], limit: int | None = None) -> Iterator[InputLi
     for source in sources:
         blank = 0
         for line_no, raw, size, consumed in _lines_of(source, limit):
-            if raw.strip():
+            # A line cut to its first bytes is no blank line, whatever they are: it is rejected for its size.
+            if raw.strip() or size > len(raw):
                 yield InputLine(source, line_no, raw, size, blank + consumed)
                 blank = 0
             else:
@@ -149,8 +150,8 @@ class JsonlOutput:
                     record = None
                 if not isinstance(record, dict):
                     raise ValueError(
-                        f"{self.path}:{line_no} is not a JSON object, so the run cannot continue this file:"
-                        " move it away, or use --force to start the outputs over"
+                        f"{self.path}:{line_no} is not a JSON object, so this file cannot be continued: fix or"
+                        " delete that line, or move the file away (--force starts over only another state's outputs)"
                     )
                 self._seen.add(self._key(record))
                 whole += len(line)

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from streams.config import RetentionSettings, Settings
-from streams.core.model import clamped, expired, keep_seconds
+from streams.core.model import clamped
 from streams.core.replay import Recorded, ReplayStats, restore
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
@@ -61,13 +61,12 @@ def replay_files(
         journal = Journal(state_dir)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit, uncommitted = time.perf_counter(), 0
-        verdicts_s = keep_seconds(retention.verdicts_days)
 
         def taken_in(recorded: Recorded) -> bool:
             """Whether this state took in the link of a document it has no verdict of (`restore`): its verdict
             has expired by the state's clock and the journal holds a record of it that the state covers.
             Files come in any order, so the clock alone cannot say: an older file's links are new to it."""
-            return expired(recorded.verdict_stamp, state.clock(), verdicts_s) and (
+            return state.verdict_expired(recorded.verdict_stamp) and (
                 journal.link(recorded.link.doc_id, state.journal_mark) is not None
             )
 

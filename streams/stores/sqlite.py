@@ -142,7 +142,16 @@ class SqliteStateStore:
             self._db.execute(f"SELECT 1 FROM {table} WHERE stamp IS NULL LIMIT 1").fetchone() for table in _FAMILIES
         )
         self._db.executescript(_STAMP_INDEXES)
-        marks = dict(self._db.execute("SELECT name, value FROM meta WHERE name IN ('clock', 'journal')").fetchall())
+        marks = dict(
+            self._db.execute(
+                "SELECT name, value FROM meta WHERE name IN ('clock', 'journal', 'verdicts_horizon')"
+            ).fetchall()
+        )
+        self._horizon: int | None = marks.get("verdicts_horizon")
+        """The latest bound `expire` swept verdicts below (the clock less `verdicts_days` then): a verdict stamped
+        before it may be gone, so it counts as expired even once `verdicts_days` is lengthened."""
+        self._swept_to: int | None = None
+        """A new `_horizon`, written with the next commit."""
         self.journal_mark: int | None = marks.get("journal", None if "clock" in marks else 0)
         """The position in the state folder's journal that the last commit covered (`note_journal`): a record
         past it was journalled before a kill stopped this commit. None: a state from before marks (or one kept
@@ -234,6 +243,9 @@ class SqliteStateStore:
         db.executemany(
             "DELETE FROM groups WHERE canonical_id = ?", [(c,) for c, (size, _) in self._groups.items() if size <= 1]
         )
+        if self._swept_to is not None:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('verdicts_horizon', ?)", (self._swept_to,))
+            self._swept_to = None
         if self._noted is not None:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (self._noted,))
             self.journal_mark, self._noted = self._noted, None
@@ -271,6 +283,8 @@ class SqliteStateStore:
             return self._clock  # (every document asks: nothing to recompute until the clock moves)
         self._clock = max(self._clock, int(published_at))
         self._since = {table: self._clock - keep if keep else -math.inf for table, keep in self._keep.items()}
+        if self._horizon is not None:  # `verdicts_days` lengthened: what an earlier sweep expired stays expired
+            self._since["verdicts"] = max(self._since["verdicts"], self._horizon)
         self._ceiling = clamped(_NEVER, time.time())
         return self._clock
 
@@ -279,15 +293,22 @@ class SqliteStateStore:
         indexes); durable at the next `commit`. Returns how many it deleted (0: none left)."""
         removed = 0
         for table, name in _FAMILIES.items():
-            keep = self._keep[table]
-            if not keep or removed >= limit:
+            since = self._since[table]
+            if since == -math.inf or removed >= limit:
                 continue
             removed += self._db.execute(
                 f"DELETE FROM {table} WHERE {name} IN"
                 f" (SELECT {name} FROM {table} WHERE stamp < ? ORDER BY stamp LIMIT ?)",
-                (self._clock - keep, limit - removed),
+                (int(since), limit - removed),
             ).rowcount
+            if table == "verdicts" and since != self._horizon:
+                self._horizon = self._swept_to = int(since)
         return removed
+
+    def verdict_expired(self, stamp: int) -> bool:
+        """Whether a verdict stamped `stamp` has expired from this state: past `verdicts_days` at the clock, or
+        past a shorter `verdicts_days` an earlier sweep kept (`_horizon`): it may be gone."""
+        return stamp < self._since["verdicts"]
 
     def _alive(self, stamp: int | None, table: str) -> bool:
         """Whether a row of `table` stamped `stamp` is within its retention (unstamped rows are):
