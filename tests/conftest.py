@@ -328,3 +328,17 @@ def one_or_cluster_url(request: pytest.FixtureRequest) -> str:
     if request.param == "one":
         return str(request.getfixturevalue("redis_url"))
     return str(request.getfixturevalue("redis_cluster").url)
+
+
+@contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` (`1m`, `256k`) mounted at `mount` for the test's length: a disk that fills up for real.
+    Skips the test where this machine cannot mount one."""
+    mount.mkdir(parents=True, exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -10,7 +10,6 @@ import sys
 import time
 from collections import Counter
 from contextlib import closing
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from streams.config import RetentionSettings, Settings
 from streams.core.model import DAY_S, Stage
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
+from tests.test_runs_across_time import _article, _write
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "articles.jsonl"
@@ -44,19 +44,6 @@ def _dedup(*args: str, stdin: Path | None = None) -> subprocess.CompletedProcess
 
 def _read(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
-
-
-def _rfc(when: int) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat()
-
-
-def _article(doc_id: str, url: str, body: str, when: int) -> dict[str, Any]:
-    return {"id": doc_id, "url": url, "title": "t", "body": body, "published_at": _rfc(when)}
-
-
-def _write(path: Path, records: list[dict[str, Any]]) -> str:
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-    return str(path)
 
 
 def _groups(state: Path) -> list[tuple[Any, ...]]:

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from streams.evaluation.corpus import synthetic_articles
+from tests.conftest import mounted_tmpfs
 
 CHEAP = ("--stages", "url,content,simhash", "-q")
 
@@ -60,14 +61,7 @@ def test_a_damaged_gzip_leaves_verdicts_in_the_outputs_that_the_state_forgets(tm
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs filled to the last block."""
-    mount = tmp_path / "full"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "full", "1m") as mount:
         (mount / "out").mkdir()
         with open(mount / "filler", "wb", buffering=0) as filler:
             try:
@@ -76,8 +70,6 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
             except OSError:
                 pass
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_is_not_reported_as_a_state_file_of_another_version(full_disk: Path) -> None:

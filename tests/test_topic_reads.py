@@ -27,6 +27,7 @@ from benchmarks.replay_speed import link_records, produce
 from streams.config import Settings
 from streams.evaluation.stack import Stack
 from streams.kafka.journal import latest, newest_seq, read_to_end
+from tests.conftest import mounted_tmpfs
 
 QUICK_S = 10.0
 """Well under the reader's 30-s quiet timeout: a read that waits it out fails."""
@@ -117,17 +118,8 @@ def test_a_topic_holding_only_an_aborted_transaction_reads_as_empty(kafka_bootst
 @pytest.fixture
 def small_tmp(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs: room for the replay to start its sorting file, not for a topic's links."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True, check=False
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "256k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_replay_without_room_for_its_sorting_file_says_so_in_one_line_and_writes_nothing(
