@@ -142,3 +142,21 @@ def test_a_replay_without_room_for_its_sorting_file_says_so_in_one_line_and_writ
     families = {key.removeprefix(prefix).split(":")[0] for key in client.scan_iter(f"{prefix}*")}
     assert families <= {"layout", "oldest", "lock", "replay", "{replay}"}, families  # nothing restored
     client.close()
+
+
+def test_the_report_of_a_topic_keeps_each_documents_latest_decision_or_why_it_has_none(kafka_bootstrap: str) -> None:
+    """The report folds each record into its decision as it reads (it never holds the records and their
+    vectors); a document's latest record decides, a good one after a bad one and a bad one after a good one."""
+    from streams.reporting.verdicts import read_topic
+
+    topic = _topic(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    good = {n: _link(n) for n in (1, 2)}
+    broken = {n: (key, orjson.dumps({**orjson.loads(value), "verdict": None})) for n, (key, value) in good.items()}
+    for key, value in (good[1], broken[2], broken[1], good[2]):
+        producer.produce(topic, value, key)
+    producer.flush(30)
+    settings = Settings(kafka_bootstrap=kafka_bootstrap)
+    final = read_topic(settings.model_copy(update={"topics": settings.topics.model_copy(update={"links": topic})}))
+    assert list(final.decisions) == ["doc-2"] and final.records == 4
+    assert len(final.bad) == 1 and final.bad[0].startswith(f"{topic}[0]@2: "), final.bad

@@ -146,14 +146,20 @@ def read_topic(settings: Settings) -> FinalVerdicts:
     from streams.kafka.journal import latest
 
     topic = settings.topics.links
-    journal = latest(settings, topic)
+    journal = latest(settings, topic, _decision_or_why)
     final = FinalVerdicts(source=topic, records=journal.read, bad=list(journal.bad))
-    for key, record in journal.records.items():
-        try:
-            decision = parse_decision(record)
-        except ValueError as exc:
+    for key, decision in journal.records.items():
+        if isinstance(decision, ValueError):
             position = journal.positions[key]
-            final.bad.append(f"{topic}[{position.partition}]@{position.offset}: {exc}")
+            final.bad.append(f"{topic}[{position.partition}]@{position.offset}: {decision}")
             continue
         final.decide(decision)
     return final
+
+
+def _decision_or_why(record: dict[str, Any]) -> Decision | ValueError:
+    """What the report keeps of a link record as it reads the topic: its decision, or why it has none."""
+    try:
+        return parse_decision(record)
+    except ValueError as exc:
+        return exc
