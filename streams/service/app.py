@@ -133,14 +133,16 @@ class InstanceClaim:
         holder, when another worker still renews it. A Redis that does not answer is waited for. `say` tells
         why it waits (before the worker's logging is set up, the CLI's stderr)."""
         deadline = time.monotonic() + self._ttl_s + 1.0
-        said = False
+        said = unreachable = False
         while True:
             try:
                 if self._redis.set(self._key, self._token, nx=True, px=self._ttl_ms) or self._held() == self._token:
                     break
                 holder = self._held()
-            except redis.RedisError as exc:  # no decision without Redis either: wait for it
-                say(f"instance id {self._instance} not claimed yet, Redis: {exc}")
+            except redis.RedisError as exc:  # no decision without Redis either: wait for it (said once)
+                if not unreachable:
+                    say(f"instance id {self._instance} not claimed yet, waiting for Redis: {exc}")
+                unreachable = True
                 deadline = time.monotonic() + self._ttl_s + 1.0
                 time.sleep(1.0)
                 continue
