@@ -261,3 +261,41 @@ def test_a_relink_run_twice_writes_once_and_never_links_to_a_duplicate(sample_ou
     assert second.returncode == 0, second.stderr
     assert "changed 0 verdicts" in second.stderr
     assert _groups(state) == groups and (out2 / "links.jsonl").read_bytes() == written
+
+
+# --- one input file given twice
+
+
+@pytest.mark.parametrize("how", ["path", "symlink", "relative"])
+def test_an_input_given_twice_is_refused_before_any_work(tmp_path: Path, how: str) -> None:
+    """`dedup run a.jsonl a.jsonl` read the file twice: the second pass was all redeliveries, but each of its bad
+    lines was rejected again, and summary.json said 4 rejected where rejected.jsonl held 2 (and 28 read of 14).
+    A glob that overlaps a named file (`data/*.jsonl data/a.jsonl`) does the same. Refused by any name of it."""
+    out = tmp_path / "out"
+    if how == "path":
+        second = str(SAMPLE)
+    elif how == "symlink":
+        (tmp_path / "alias.jsonl").symlink_to(SAMPLE)
+        second = str(tmp_path / "alias.jsonl")
+    else:
+        second = str(Path("examples") / ".." / "examples" / SAMPLE.name)
+    result = subprocess.run(
+        [sys.executable, "-m", "streams", "run", str(SAMPLE), second, "--out", str(out), "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"input {second} is {SAMPLE} again" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not out.exists() or not any(out.glob("*.jsonl"))
+
+
+def test_a_report_of_one_links_file_given_twice_is_refused(sample_out: Path) -> None:
+    """The report counted each record of a links file given twice twice over."""
+    links = str(sample_out / "links.jsonl")
+    result = _dedup("report", links, links)
+    assert result.returncode == 2, result.stderr
+    assert f"input {links} is {links} again" in result.stderr, result.stderr

@@ -35,8 +35,12 @@ class InputLine:
 
 def check_sources(sources: list[str]) -> None:
     """Fail before any work when an input is missing or is a directory. A pipe is an input too: `<(zcat ...)`
-    hands over /dev/fd/63, and a FIFO or /dev/stdin reads as stdin does."""
-    for source in sources:
+    hands over /dev/fd/63, and a FIFO or /dev/stdin reads as stdin does.
+
+    A file given twice, by any name (a glob overlapping a named file, a symlink), is refused: read twice, its
+    bad lines were rejected and counted twice, and a report counted its records twice."""
+    seen: dict[tuple[int, int], int] = {}
+    for at, source in enumerate(sources):
         if source == "-":
             continue
         path = Path(source)
@@ -44,6 +48,12 @@ def check_sources(sources: list[str]) -> None:
             raise IsADirectoryError(f"input {source} is a directory, not a file")
         if not path.exists():
             raise FileNotFoundError(f"input file not found: {source}")
+        if not path.is_file():
+            continue  # a pipe or a device: each read of it gives other bytes
+        found = path.stat()
+        first = seen.setdefault((found.st_dev, found.st_ino), at)
+        if first != at:
+            raise ValueError(f"input {source} is {sources[first]} again: give each file once")
 
 
 def input_size(sources: list[str]) -> int | None:
