@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams.config import Settings
-from streams.core.model import Document, Link
+from streams.core.model import Document, Link, Stage
 from streams.records.article import Featurizer, Rejection
 from streams.records.output import deduped_record, link_record
 
@@ -65,7 +65,7 @@ def _check(raw: bytes) -> None:
         assert not any(unicodedata.category(c) == "Cc" for c in result.doc_id)
         # What a valid document becomes must be writable too.
         link = Link.unique(result.doc_id)
-        orjson.dumps(link_record(link, result))
+        orjson.dumps(link_record(link, result, stages=list(Stage)))
         orjson.dumps(deduped_record(link, result))
 
 

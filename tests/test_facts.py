@@ -289,7 +289,7 @@ def test_the_reason_and_the_facts_are_in_the_links_and_replay_restores_the_facts
     first, second = _two_matches(ntrex)
     cascade = _cascade(tmp_path / "live", "review")
     docs = [_doc("first", first), _doc("second", second)]
-    records = [link_record(cascade.decide(doc, SAME).link, doc, SAME) for doc in docs]
+    records = [link_record(cascade.decide(doc, SAME).link, doc, SAME, stages=list(Stage)) for doc in docs]
     valid = validator("link")
     for record in records:
         valid(orjson.loads(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)))

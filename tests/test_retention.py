@@ -404,7 +404,7 @@ def test_a_relink_of_a_document_whose_verdict_expired_is_refused_and_writes_noth
     records = []
     for doc in docs.values():
         stream.state.advance(doc.published_at)
-        records.append(link_record(stream.cascade.decide(doc).link, doc))
+        records.append(link_record(stream.cascade.decide(doc).link, doc, stages=list(Stage)))
     assert records[1]["canonical_id"] == "a"
     article = {"b": deduped_record(Link.unique("b"), docs["b"])}
     plan = plan_decisions(records, [Label("b", "a", False)], stream.state.exact_lookup, lambda _: None, article.get)

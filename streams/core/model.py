@@ -7,6 +7,7 @@ yields the same decision given the same state.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -19,6 +20,27 @@ class Stage(StrEnum):
     CONTENT = "content"
     SIMHASH = "simhash"
     SEMANTIC = "semantic"
+
+
+CLAIMING_STAGES = frozenset({Stage.URL, Stage.CONTENT, Stage.SIMHASH})
+"""The stages that leave keys in the state for a document: its exact keys, its band entries."""
+
+
+def stages_named(value: Any) -> frozenset[Stage]:
+    """A link record's `stages` (the cascade's when it decided): a list of distinct stage names; ValueError else."""
+    if not isinstance(value, list) or not value or any(name not in Stage.__members__.values() for name in value):
+        raise ValueError(f"stages must be a list of {', '.join(Stage)}, got {value!r}")
+    if len(set(value)) != len(value):
+        raise ValueError(f"stages must name each stage once, got {value!r}")
+    return frozenset(Stage(name) for name in value)
+
+
+def stages_field(stages: Collection[Stage]) -> list[str] | None:
+    """What a link record says of the cascade's `stages`: None (no field, as every record before it) when every
+    stage that claims keys ran, else every stage that ran, cheapest first: a replay claims only their keys."""
+    if set(stages) >= CLAIMING_STAGES:
+        return None
+    return [stage.value for stage in Stage if stage in stages]
 
 
 class Verdict(StrEnum):

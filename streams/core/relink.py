@@ -64,7 +64,7 @@ import numpy as np
 
 from streams.config import RetentionSettings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
-from streams.core.model import Link, Stage, Verdict, content_key
+from streams.core.model import Link, Stage, Verdict, content_key, stages_named
 from streams.core.ports import StateStore, VectorStore
 from streams.core.replay import Recorded, restore
 from streams.features.facts import payload_facts
@@ -619,6 +619,7 @@ def recorded(change: Change) -> Recorded:
         vector=np.asarray(change.vector, dtype=np.float32) if change.vector is not None else None,
         keys=tuple(stage for stage, _ in change.keys),
         facts=change.facts,
+        stages=stages_named(record["stages"]) if "stages" in record else None,
     )
 
 
@@ -704,8 +705,9 @@ def change_record(change: Change, linked_at: str, seq: int | None = None) -> dic
         **{name: change.record[name] for name in ("url_hash", "content_hash", "simhash", "language", "published_at")},
         **_relink_fields(change),
     }
-    if "version_of" in change.record:
-        record["version_of"] = change.record["version_of"]
+    for carried in ("version_of", "stages"):  # the document's own: which crawl it is, what deciding it claimed
+        if carried in change.record:
+            record[carried] = change.record[carried]
     if seq is not None:
         record["seq"] = seq
     if change.vector is not None and change.link.verdict.canonical:

@@ -1,7 +1,9 @@
 """Rebuilding state from published verdicts: replaying links gives back every index.
 
 Each link carries what its document left in the state: its verdict, its exact
-keys, and for a canonical its fingerprint and (when embedded) its vector.
+keys, and for a canonical its fingerprint and (when embedded) its vector. A link
+decided without a stage that claims keys names the stages that ran (`stages`):
+the keys of the others were never claimed, and a replay claims none of them.
 Restoring links in the order they were decided reproduces the state exactly,
 since every claim is set-if-absent and the first claimant wins again.
 Restoring is idempotent: a link already in the state is skipped.
@@ -57,6 +59,13 @@ class Recorded:
     """A relink's record: the exact keys it points at the document's holder (None: a cascade verdict)."""
     facts: dict[str, list[str]] | None = None
     """What an embedded canonical's text states: its vector's payload, for the fact check."""
+    stages: frozenset[Stage] | None = None
+    """The stages the cascade ran when it decided (the record's `stages`; None: every stage): a run without the
+    content stage claimed no content key, one without SimHash no band entries, and a replay claims as it did."""
+
+    def claims(self, stage: Stage) -> bool:
+        """Whether deciding this document left `stage`'s keys in the state."""
+        return self.stages is None or stage in self.stages
 
     @property
     def verdict_stamp(self) -> int:
@@ -103,7 +112,7 @@ def restore(
     keys = {Stage.URL: URL_KEY + recorded.url_hash, Stage.CONTENT: CONTENT_KEY + recorded.content_hash}
     named = recorded.keys or ()
     stamp = key_stamp(link.verdict, published_at, retention)
-    own = [key for stage, key in keys.items() if stage not in named]
+    own = [key for stage, key in keys.items() if stage not in named and recorded.claims(stage)]
     if old is None:
         if own:
             state.exact_claim(own, holder, stamp)
@@ -118,8 +127,9 @@ def restore(
         _point(state, keys[stage], holder, stamp)
     if link.verdict.canonical:
         if old is None or not old.verdict.canonical:
-            keys = state.band_layout.keys(recorded.simhash)
-            state.add_canonical(link.doc_id, recorded.simhash, recorded.language, keys, published_at)
+            if recorded.claims(Stage.SIMHASH):
+                keys = state.band_layout.keys(recorded.simhash)
+                state.add_canonical(link.doc_id, recorded.simhash, recorded.language, keys, published_at)
             if vectors is not None and recorded.vector is not None and link.model:
                 model = model_named(link.model, len(recorded.vector))
                 vectors.add(

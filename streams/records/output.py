@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key
+from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key, stages_field, stages_named
 from streams.core.replay import Recorded
 from streams.features.facts import payload_facts
 from streams.records.article import CONTROL, format_timestamp, parse_timestamp
@@ -36,8 +37,11 @@ def features_of(doc: Document) -> dict[str, Any]:
     }
 
 
-def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> dict[str, Any]:
-    """A `dedup.links` record; the vector is attached for canonicals that were embedded."""
+def link_record(
+    link: Link, doc: Document, vector: np.ndarray | None = None, *, stages: Collection[Stage]
+) -> dict[str, Any]:
+    """A `dedup.links` record of a verdict of the cascade running `stages`; the vector is attached for
+    canonicals that were embedded."""
     record: dict[str, Any] = {
         "doc_id": link.doc_id,
         "verdict": link.verdict.value,
@@ -54,6 +58,8 @@ def link_record(link: Link, doc: Document, vector: np.ndarray | None = None) -> 
         record["clock"] = format_timestamp(link.published_at)  # a late crawl's verdict ages from then
     if doc.version_of is not None:
         record["version_of"] = doc.version_of
+    if (ran := stages_field(stages)) is not None:
+        record["stages"] = ran  # a replay claims only the keys these stages claimed
     if link.reason is not None:
         record["reason"] = link.reason
     if vector is not None and link.canonical_id == link.doc_id:
@@ -184,6 +190,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         vector=_vector(record.get("vector")),
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
+        stages=stages_named(record["stages"]) if "stages" in record else None,
     )
 
 

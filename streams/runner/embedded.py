@@ -425,7 +425,7 @@ class _Run:
         doc = decision.version or doc  # a new version of an id seen before goes out under its own id
         link = decision.link
         self.stats.count(link, decision.repeated)
-        record = link_record(link, doc, vector)
+        record = link_record(link, doc, vector, stages=self._settings.stages)
         if not self._links.write(record):
             self.stats.already_written += 1
         if not decision.repeated:

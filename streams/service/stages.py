@@ -349,7 +349,8 @@ class StageAgent:
         link = decision.link
         topics = self._settings.topics
         key = doc.doc_id.encode()
-        out = [Outgoing(topics.links, key, orjson.dumps(link_record(link, doc, vector), option=_JSON))]
+        record = link_record(link, doc, vector, stages=self._settings.stages)
+        out = [Outgoing(topics.links, key, orjson.dumps(record, option=_JSON))]
         if link.publishes:
             out.append(Outgoing(topics.deduped, key, orjson.dumps(deduped_record(link, doc))))
         if decision.candidates is not None and vector is not None and not decision.repeated:
