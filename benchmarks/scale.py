@@ -116,7 +116,7 @@ from streams.records.output import read_link_record
 from streams.records.schemas import LINK, validator
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore
+from streams.stores.redis_store import ENTRIES, RedisStateStore
 from streams.stores.sqlite import SqliteStateStore
 
 CACHE = Path.home() / ".cache" / "streams-dedup"
@@ -485,7 +485,7 @@ while i <= #ARGV do
 end
 return out
 """
-# ARGV: prefix, seqs. The record of each seq (16 hex digits of simhash, then the doc id), as the product's s: family.
+# ARGV: prefix, seqs. The record of each seq (stamp, simhash, figures, doc id), as the product's s: family.
 _RECORDS = """
 local out = {}
 for i = 2, #ARGV do
@@ -496,7 +496,7 @@ return out
 
 
 class Records:
-    """seq -> fingerprint, day stamp and doc id, the product's `s:` encoding (a hash per 256 seqs)."""
+    """seq -> fingerprint, day stamp and doc id, the product's `s:` encoding (a hash per 256 seqs; no figures)."""
 
     def __init__(self, client: redis.Redis, prefix: str, per_day: int, key: Callable[[int], str] | None = None) -> None:
         self.client = client
@@ -512,7 +512,8 @@ class Records:
                 seqs = range(max(start + 1, bucket * 256), min(stop, bucket * 256 + 255) + 1)
                 if seqs:
                     mapping = {
-                        str(seq): f"{int(fps[seq - 1, 0]):016x}{self._day(seq - 1):04x}{ids(seq - 1)}" for seq in seqs
+                        str(seq): ENTRIES.write(int(fps[seq - 1, 0]), f"{self._day(seq - 1):04x}", 0, ids(seq - 1))
+                        for seq in seqs
                     }
                     pipe.hset(self.key(bucket), mapping=mapping)  # type: ignore[arg-type]
                 if len(pipe) >= 256:
@@ -524,7 +525,7 @@ class Records:
 
     def fetch(self, seqs: list[int]) -> dict[int, tuple[int, str]]:
         values = self.lookup(args=[self.prefix, *seqs]) if seqs else []
-        return {seq: (int(v[:16], 16), v[20:]) for seq, v in zip(seqs, values, strict=True) if v}
+        return {seq: (ENTRIES.read(v)[0], ENTRIES.read(v)[2]) for seq, v in zip(seqs, values, strict=True) if v}
 
 
 def _digits(values: np.ndarray) -> np.ndarray:

@@ -59,6 +59,13 @@ class SimhashSettings(Section):
         " eight 32-bit tables, each key also looked up one bit away, for states of millions of canonicals"
         ' (README, "Bands"). Part of the state: a state written in another is refused.',
     )
+    figure_check: Literal["off", "review", "apart"] = Field(
+        "apart",
+        description="A near-duplicate whose text states other figures than its canonical's (none of its years,"
+        " scores or first other figures in common: streams.features.figures; a report filled into the same"
+        " template again) becomes a canonical of its own ('apart', so its own copies link to it), goes to"
+        " review against the canonical, or is linked ('off'). A candidate whose figures agree is linked first.",
+    )
 
     @property
     def band_layout(self) -> BandLayout:

@@ -156,15 +156,15 @@ def test_a_redis_state_is_read_in_the_band_layout_it_was_written_in(redis_url: s
     prefix = f"t{uuid.uuid4().hex}:"
     written = RedisStateStore.from_url(redis_url, prefix=prefix, band_layout=EIGHT_BY_32)
     written.add_canonical("a", 42, EN, EIGHT_BY_32.keys(42), 0)
-    assert written.layout == "3/16/8x32+p1"
+    assert written.layout == "4/16/8x32+p1"
     with pytest.raises(LayoutMismatch, match=r"band layout 8x32\+p1.*DEDUP_SIMHASH__BANDS=8x32\+p1"):
         RedisStateStore.from_url(redis_url, prefix=prefix).clock()
     again = RedisStateStore.from_url(redis_url, prefix=prefix, band_layout=EIGHT_BY_32)
     assert [c.doc_id for c in again.band_candidates(EN, EIGHT_BY_32.keys(43))] == ["a"]  # one bit away
-    # A marker without bands ("3/16", or layout 2's "2/16") is 4x16: read by a 4x16 store, refused by another.
+    # A marker without bands ("4/16", or layout 2's "2/16") is 4x16: read by a 4x16 store, refused by another.
     older = f"t{uuid.uuid4().hex}:"
     RedisStateStore.from_url(redis_url, prefix=older).add_canonical("b", 42, EN, FOUR_BY_16.keys(42), 0)
-    assert written._redis.get(f"{older}layout").partition(" ")[0] == "3/16"
+    assert written._redis.get(f"{older}layout").partition(" ")[0] == "4/16"
     with pytest.raises(LayoutMismatch, match=r"band layout 4x16.*DEDUP_SIMHASH__BANDS=4x16"):
         RedisStateStore.from_url(redis_url, prefix=older, band_layout=EIGHT_BY_32).clock()
     for store in (written, again):
@@ -281,7 +281,7 @@ def test_the_workers_in_8x32_give_the_verdicts_of_dedup_run_in_it(
     verdicts = {doc_id: (link["verdict"], link["canonical_id"], link["stage"]) for doc_id, link in streamed.items()}
     assert verdicts == {d: (link["verdict"], link["canonical_id"], link["stage"]) for d, link in embedded.items()}
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    assert client.get(f"{stack.name}:layout").partition(" ")[0] == "3/16/8x32+p1"
+    assert client.get(f"{stack.name}:layout").partition(" ")[0] == "4/16/8x32+p1"
     # dedup.links rebuilds the state in this layout, key for key (one worker, one partition: the same order)
     stats = replay_links(stack.settings(), client, None, prefix=f"{stack.name}-copy:")
     assert stats.restored == len(lines) and not stats.bad

@@ -29,7 +29,7 @@ from streams.records.article import format_timestamp
 from streams.records.output import read_link_record
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
-from streams.stores.redis_store import RedisStateStore, connect
+from streams.stores.redis_store import ENTRIES, RedisStateStore, connect
 from streams.stores.writes import VerdictWrite
 from tests.conftest import LocalRedisCluster
 from tests.test_redis_cluster import _LostReplies, _through
@@ -75,7 +75,8 @@ def _state(client: Any, prefix: str) -> dict[str, Any]:
             continue
         kind = client.type(key)
         raw[name] = client.hgetall(key) if kind == "hash" else client.get(key)
-    docs = {seq: entry[20:] for name, fields in raw.items() if name.startswith("s:") for seq, entry in fields.items()}
+    entries = [item for name, fields in raw.items() if name.startswith("s:") for item in fields.items()]
+    docs = {seq: ENTRIES.read(entry)[2] for seq, entry in entries}
     top = int(client.get(f"{prefix}seq") or 0)
     assert all(int(seq) <= top for seq in docs), (top, docs)  # the counter is past every seq given
     state: dict[str, Any] = {}

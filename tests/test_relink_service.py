@@ -27,6 +27,7 @@ from streams.evaluation.corpus import labelled_stream
 from streams.evaluation.stack import Stack
 from streams.kafka.journal import latest as read_topic
 from streams.service.relink import relink_service
+from streams.stores.redis_store import ENTRIES
 from streams.vectors.edge import EdgeVectorStore
 
 STORIES = 4
@@ -83,13 +84,13 @@ def redis_state(stack: Stack, seqs: bool = True) -> dict[str, Any]:
                 fields[kind].update({(key, field): value for field, value in client.hgetall(key).items()})
     finally:
         client.close()
-    by_seq = {seq: entry[20:] for (_, seq), entry in fields["s"].items()}
+    by_seq = {seq: ENTRIES.read(entry)[2] for (_, seq), entry in fields["s"].items()}
     return {
         "verdicts": {doc: value if seqs else value.partition(" ")[2] for (_, doc), value in fields["v"].items()},
         "exact": {place: holder for place, holder in fields["x"].items()},
         "canonicals": [by_seq[seq] for seq in sorted(by_seq, key=int)],
         "registered": sorted(doc for (_, doc) in fields["c"]),
-        "simhash": {entry[20:]: entry[:16] for entry in fields["s"].values()},
+        "simhash": {doc: (simhash, figures) for simhash, figures, doc in map(ENTRIES.read, fields["s"].values())},
         "bands": {place: sorted(by_seq[seq] for seq in value.split()) for place, value in fields["b"].items()},
         "groups": {doc: value for (_, doc), value in fields["g"].items()},
     }

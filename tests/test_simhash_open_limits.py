@@ -2,9 +2,8 @@
 
 Each test states what a demanding user expects, and is marked strict xfail: it runs, fails as long as the
 limit stands (README, "What the streaming service guarantees, and what it does not"), and turns the suite
-red once it is fixed, so the mark goes with the fix. Both need a design change: the canonical's facts (a
-digest of them) kept with its band entries in SQLite and Redis and carried by its link record, to compare
-before a SimHash link as the semantic stage compares them.
+red once it is fixed, so the mark goes with the fix. (Two reports of one template with other figures were
+the other such limit: tests/test_figure_check.py.)
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ import pytest
 from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import Document, Stage, Verdict
-from streams.evaluation.corpus import NtrexDocument
-from streams.features.facts import disagreement, text_facts
 from streams.records.article import Featurizer
 from streams.stores.sqlite import SqliteStateStore
 
@@ -50,38 +47,6 @@ def _other_numbers(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ SimHash
-
-
-@pytest.mark.xfail(strict=True, reason="open: stage 3 has no fact check (the canonical's facts are not kept)")
-@pytest.mark.parametrize(
-    ("index", "language"),
-    [(25, "bn"), (47, "en")],  # Livingston 1 - 0 Rangers (Bangla); Rangers after a 2-2 draw (English)
-)
-def test_simhash_never_links_two_match_reports_with_different_results(
-    ntrex: list[NtrexDocument], index: int, language: str
-) -> None:
-    """A match report and the report of another game in the same words (every score, every number other)
-    are two articles: the fact check itself says their scores conflict. Stage 3 links them anyway."""
-    doc = ntrex[index]
-    sentences = doc.bengali if language == "bn" else doc.english
-    title, body = sentences[0], " ".join(sentences[1:])
-    other_title, other_body = _other_numbers(title), _other_numbers(body)
-    assert (other_title, other_body) != (title, body)
-
-    settings = _settings()
-    featurizer = Featurizer(settings)
-    cascade = Cascade(settings, SqliteStateStore(":memory:"))
-    first = _make(featurizer, "https://sport.example.com/match/1001", title, body, "match-a")
-    second = _make(featurizer, "https://sport.example.com/match/2002", other_title, other_body, "match-b")
-    assert first.language == second.language == language
-    # The project's own fact check knows these state different results.
-    assert disagreement(text_facts(first.text), text_facts(second.text)) is not None
-
-    cascade.decide(first)
-    link = cascade.decide(second).link
-    assert link.verdict is not Verdict.DUPLICATE, (
-        f"two reports with different results linked at {link.stage} (distance {link.score})"
-    )
 
 
 @pytest.mark.xfail(strict=True, reason="open: a shared body outweighs the headline in the fingerprint")

@@ -66,6 +66,7 @@ from streams.core.model import (
 )
 from streams.core.ports import Reads, StateStore, VectorStore
 from streams.features.facts import Facts, disagreement, payload_facts, text_facts
+from streams.features.figures import figures_conflict
 from streams.features.simhash import hamming
 
 URL_KEY = "u:"
@@ -167,6 +168,7 @@ class Cascade:
             self._thresholds = settings.semantic.thresholds_for(model.name)
             self._window_s = int(settings.semantic.window_hours * 3600)
         self._fact_check = settings.semantic.fact_check
+        self._figure_check = settings.simhash.figure_check
         retention = settings.retention
         self._vectors_s = retention.vectors_s
         self._verdicts_s = keep_seconds(retention.verdicts_days)
@@ -204,7 +206,8 @@ class Cascade:
         return self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
 
     def would_link(self, doc: Document, earlier: Document) -> bool:
-        """Whether stages 1 to 3 would link `doc` to `earlier` were `earlier` a canonical (pure)."""
+        """Whether stages 1 to 3 would link `doc` to `earlier` were `earlier` a canonical (pure), or decide it
+        against `earlier` (a near-duplicate whose figures differ goes to review, or stays apart)."""
         stages = self._stages
         return (
             (Stage.URL in stages and doc.url_hash == earlier.url_hash)
@@ -343,15 +346,39 @@ class Cascade:
         return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
 
     def _simhash(self, doc: Document) -> Link | None:
-        found = nearest_canonical(
-            doc.simhash,
-            self._state.band_candidates(doc.language, self._bands(doc.simhash)),
-            self._settings.simhash.threshold(doc.language),
-        )
+        """Link to the nearest canonical within the language's threshold whose figures agree with the document's
+        (`_figures_differ`). When the nearest ones all state other figures (the same template filled in again),
+        the document goes to review against the nearest, or stays apart (`simhash.figure_check`)."""
+        candidates = self._state.band_candidates(doc.language, self._bands(doc.simhash))
+        threshold = self._settings.simhash.threshold(doc.language)
+        found = nearest_canonical(doc.simhash, candidates, threshold)
         if found is None:
             return None
         canonical, distance = found
+        differ = self._figures_differ(doc, canonical)
+        if differ is not None:
+            agreeing = [c for c in candidates if self._figures_differ(doc, c) is None]
+            found = nearest_canonical(doc.simhash, agreeing, threshold)
+            if found is None:
+                return self._figures_apart(doc, canonical.doc_id, distance, differ)
+            canonical, distance = found
         return Link(doc.doc_id, self._near_verdict(canonical.doc_id), canonical.doc_id, Stage.SIMHASH, distance)
+
+    def _figures_differ(self, doc: Document, canonical: Canonical) -> str | None:
+        """How the figures of a document and a near-duplicate canonical conflict, or None (no conflict, a
+        canonical recorded without figures, or `simhash.figure_check` off)."""
+        if self._figure_check == "off":
+            return None
+        return figures_conflict(doc.figures, canonical.figures)
+
+    def _figures_apart(self, doc: Document, canonical_id: str, distance: int, differ: str) -> Link:
+        """A near-duplicate whose figures differ from its nearest canonical's: under review against it, or a
+        canonical of its own (`apart`), with the reason."""
+        if self._figure_check == "apart":
+            why = f"figure check: kept apart from {canonical_id} (simhash, {distance} bits): {differ}"
+            return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, reason=why)
+        why = f"figure check: {differ} (this document vs its canonical, {distance} bits apart)"
+        return Link(doc.doc_id, Verdict.REVIEW, canonical_id, Stage.SIMHASH, distance, reason=why)
 
     def _semantic(self, doc: Document, vector: np.ndarray) -> tuple[Link | None, tuple[Neighbour, ...]]:
         """Link to the nearest canonical vector within the cut-offs, and the candidate pairs: the best
@@ -487,7 +514,8 @@ class Cascade:
                 link = Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
                 return link, self._state.grow_group(holder, doc.published_at)
         if Stage.SIMHASH in self._stages:
-            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, self._bands(doc.simhash), doc.published_at)
+            bands = self._bands(doc.simhash)
+            self._state.add_canonical(doc.doc_id, doc.simhash, doc.language, bands, doc.published_at, doc.figures)
         model = None
         if self.semantic and vector is not None:
             assert self._vectors is not None and self._model is not None

@@ -81,6 +81,7 @@ class Document:
     """A validated article with the features every stage needs.
 
     `text` is the normalised headline + body; `simhash` is an unsigned 64-bit int;
+    `figures` the digest of the figures it states (`streams.features.figures`, 0: none);
     `published_at` is Unix seconds (UTC). A document is its id and its content: an id
     seen before with other content is a new version, decided under its own id
     (`version_id`), and `version_of` names the crawler's id it is a version of.
@@ -97,6 +98,7 @@ class Document:
     published_at: int
     article: dict[str, Any] = field(repr=False)
     version_of: str | None = None
+    figures: int = 0
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -156,6 +158,8 @@ class Canonical:
     seq: int
     published_at: int = 0
     """The canonical's `published_at`: the stamp its band entries age by (`RetentionSettings.bands_days`)."""
+    figures: int = 0
+    """The digest of the figures its text states (`streams.features.figures`); 0: none, or not recorded."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,10 +70,16 @@ class StateStore(Protocol):
         """Canonicals of `language` stored, in some table i, under a key that `band_layout.near(bands[i])` gives."""
 
     def add_canonical(
-        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+        self,
+        canonical_id: str,
+        simhash: int,
+        language: str,
+        bands: Sequence[int],
+        published_at: int,
+        figures: int = 0,
     ) -> None:
         """Register a canonical in the band sets, with a first-seen `seq` after every earlier one, stamped
-        with its `published_at`."""
+        with its `published_at`; its candidates carry `figures` (0: none) for stage 3's figure check."""
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
         """Count one more member in the canonical's group; returns the new size. The group is stamped with

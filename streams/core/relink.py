@@ -68,6 +68,7 @@ from streams.core.model import Link, Stage, Verdict, content_key, stages_named
 from streams.core.ports import StateStore, VectorStore
 from streams.core.replay import Recorded, restore
 from streams.features.facts import payload_facts
+from streams.features.figures import figures_from_hex
 
 DecidedBy = Literal["person", "threshold"]
 Pair = Literal["same", "cross", "both"]
@@ -620,6 +621,7 @@ def recorded(change: Change) -> Recorded:
         keys=tuple(stage for stage, _ in change.keys),
         facts=change.facts,
         stages=stages_named(record["stages"]) if "stages" in record else None,
+        figures=figures_from_hex(record["figures"]) if "figures" in record else 0,
     )
 
 
@@ -705,7 +707,7 @@ def change_record(change: Change, linked_at: str, seq: int | None = None) -> dic
         **{name: change.record[name] for name in ("url_hash", "content_hash", "simhash", "language", "published_at")},
         **_relink_fields(change),
     }
-    for carried in ("version_of", "stages"):  # the document's own: which crawl it is, what deciding it claimed
+    for carried in ("version_of", "stages", "figures"):  # the document's own: which crawl, what it claimed, its figures
         if carried in change.record:
             record[carried] = change.record[carried]
     if seq is not None:

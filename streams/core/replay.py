@@ -63,6 +63,9 @@ class Recorded:
     """The stages the cascade ran when it decided (the record's `stages`; None: every stage): a run without the
     content stage claimed no content key, one without SimHash no band entries, and a replay claims as it did."""
 
+    figures: int = 0
+    """The digest of the figures the document's text states (0: none, or a record written before them)."""
+
     def claims(self, stage: Stage) -> bool:
         """Whether deciding this document left `stage`'s keys in the state."""
         return self.stages is None or stage in self.stages
@@ -129,7 +132,9 @@ def restore(
         if old is None or not old.verdict.canonical:
             if recorded.claims(Stage.SIMHASH):
                 keys = state.band_layout.keys(recorded.simhash)
-                state.add_canonical(link.doc_id, recorded.simhash, recorded.language, keys, published_at)
+                state.add_canonical(
+                    link.doc_id, recorded.simhash, recorded.language, keys, published_at, recorded.figures
+                )
             if vectors is not None and recorded.vector is not None and link.model:
                 model = model_named(link.model, len(recorded.vector))
                 vectors.add(

@@ -1,8 +1,9 @@
 """Review documents as pairs for the labelling screen, and what a decision on one does.
 
 A `review` verdict is the cascade saying "probably a duplicate of this canonical, but not sure
-enough to suppress it": a semantic score between the review and link cut-offs, or a near-duplicate
-(SimHash or semantic) of a group at its size cap. `dedup review` shows each such document (`a`)
+enough to suppress it": a semantic score between the review and link cut-offs, a near-duplicate
+(SimHash or semantic) of a group at its size cap, or one whose figures or facts differ from its
+canonical's (the figure check, the fact check: the link's reason, shown). `dedup review` shows each such document (`a`)
 beside its suspected canonical (`b`) on the labelling screen, oldest first; a person's decision is
 written as a label (the same labels.jsonl that calibration reads) and applied at once as a relink
 (streams.core.relink), which carries the document's exact copies along.
@@ -114,6 +115,8 @@ def _pair(record: Mapping[str, Any], b_linked: str | None, candidate: Lookup, ar
     if record["stage"] == Stage.SIMHASH.value:
         model, band = SIMHASH_MODEL, ""
         extra: dict[str, Any] = {"stage": Stage.SIMHASH.value, "distance": int(score)}
+        if isinstance(reason := record.get("reason"), str):
+            extra["reason"] = reason  # the figure check's, where it sent the document here
     else:
         model, band = str(record.get("model") or "unknown"), band_of(score) or ""
         extra = {} if isinstance(same, bool) else {LANGUAGES_UNKNOWN: True}
@@ -226,7 +229,10 @@ class ReviewApp(LabelApp):
         if is_simhash(pair):
             distance = int(pair.extra.get("distance", pair.score))
             line.append("SimHash review", style="bold magenta")
-            line.append(f": Hamming distance {distance} of 64 bits, a near-duplicate of a group at its size cap")
+            why = (
+                inert(pair.extra["reason"]) if "reason" in pair.extra else "a near-duplicate of a group at its size cap"
+            )
+            line.append(f": Hamming distance {distance} of 64 bits, {why}")
             line.append("   (no cosine: applied, not written to the labels)", style="italic")
         else:
             line.append("semantic review", style="bold")

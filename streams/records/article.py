@@ -20,6 +20,7 @@ import orjson
 from streams.config import Settings
 from streams.core.model import VERSION_SUFFIX, Document, clamped
 from streams.features.extract import ExtractionError, extract_article
+from streams.features.figures import figures_batch, text_figures
 from streams.features.language import RememberedLanguages, detect_language, normalize_language
 from streams.features.simhash import char_simhash, simhash_batch, word_simhash
 from streams.features.text import content_hash, document_text, document_texts
@@ -200,7 +201,7 @@ class Featurizer:
 
     def _featurized(self, pending: list[_Pending], ingest_time: int) -> list[tuple[int, Document | Rejection]]:
         """The rest of `_document` for a batch, its checks in the same order: text, date, hashes,
-        language; then every SimHash in one call."""
+        language; then every SimHash in one call, and every figures digest in another."""
         texts = document_texts([(p.title, p.body) for p in pending])
         sim = self._settings.simhash
         done: list[tuple[int, Document | Rejection]] = []
@@ -238,11 +239,15 @@ class Featurizer:
             done.append((p.index, doc))
         words = np.array([doc.language not in sim.char_ngram_languages for doc in docs], dtype=np.bool_)
         sizes = np.where(words, sim.word_shingle, sim.char_ngram)
-        fingerprints = simhash_batch(texts.buffer, texts.spans[at], words, sizes)
-        for doc, word, value in zip(docs, words.tolist(), fingerprints, strict=True):
+        spans = texts.spans[at]
+        fingerprints = simhash_batch(texts.buffer, spans, words, sizes)
+        for doc, word, value, figures in zip(
+            docs, words.tolist(), fingerprints, figures_batch(texts.buffer, spans), strict=True
+        ):
             if value is None:  # a character str.lower() maps by context: the one-document kernel
                 value = word_simhash(doc.text, sim.word_shingle) if word else char_simhash(doc.text, sim.char_ngram)
             doc.simhash = value
+            doc.figures = figures
         return done
 
     def _detected(self, text: str, c_hash: str) -> str:
@@ -302,6 +307,7 @@ class Featurizer:
             simhash=simhash,
             published_at=published_at,
             article=article,
+            figures=text_figures(text),
         )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from streams.core.model import Document, Link, Neighbour, Stage, Verdict, content_key, stages_field, stages_named
 from streams.core.replay import Recorded
 from streams.features.facts import payload_facts
+from streams.features.figures import figures_from_hex, figures_hex
 from streams.records.article import CONTROL, format_timestamp, parse_timestamp
 
 _HEX = {16: re.compile("[0-9a-f]{16}"), 64: re.compile("[0-9a-f]{64}")}
@@ -27,14 +28,18 @@ def rfc3339(moment: datetime) -> str:
 
 
 def features_of(doc: Document) -> dict[str, Any]:
-    """What replay needs to rebuild state for this document, besides its vector."""
-    return {
+    """What replay needs to rebuild state for this document, besides its vector; `figures` only where the text
+    states some."""
+    features = {
         "url_hash": doc.url_hash,
         "content_hash": doc.content_hash,
         "simhash": f"{doc.simhash:016x}",
         "language": doc.language,
         "published_at": format_timestamp(doc.published_at),
     }
+    if doc.figures:
+        features["figures"] = figures_hex(doc.figures)
+    return features
 
 
 def link_record(
@@ -191,6 +196,7 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
         stages=stages_named(record["stages"]) if "stages" in record else None,
+        figures=figures_from_hex(record["figures"]) if "figures" in record else 0,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from streams.core.model import Document
+from streams.features.figures import figures_from_hex, figures_hex, text_figures
 from streams.records.article import article_text, usable_body
 from streams.records.output import now_rfc3339
 
@@ -45,7 +46,8 @@ def stage_record(doc: Document, received_ms: int) -> bytes:
         del fields["url"]  # rebuilt on arrival from the article's
     if usable_body(doc.article) is not None or _long(doc.text):
         del fields["text"]  # rebuilt on arrival: the article travels once (a blank body beside html has no text)
-    return orjson.dumps({**fields, "simhash": f"{doc.simhash:016x}", "received_ms": received_ms})
+    fingerprints = {"simhash": f"{doc.simhash:016x}", "figures": figures_hex(doc.figures)}
+    return orjson.dumps({**fields, **fingerprints, "received_ms": received_ms})
 
 
 def _long(text: str) -> bool:
@@ -61,11 +63,16 @@ def read_stage_record(raw: bytes) -> tuple[Document, int]:
     if "text" not in record:
         record["text"] = article_text(record["article"])  # the page admitted it: no minimum again
     record.setdefault("version_of", None)
+    record.setdefault("figures", None)
     record.setdefault("url", record["article"].get("url"))
     fields = {name: record[name] for name in _FIELDS}
     if not isinstance(fields["text"], str):
         raise TypeError("stage record has neither a text nor an article body")
     fields["simhash"] = int(fields["simhash"], 16)
+    # A record of the version before the figure check (a deploy rolling) carries none: read off its text.
+    fields["figures"] = (
+        figures_from_hex(fields["figures"]) if fields["figures"] is not None else text_figures(fields["text"])
+    )
     return Document(**fields), int(record["received_ms"])
 
 

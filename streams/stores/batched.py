@@ -291,16 +291,23 @@ class BatchedState:
         return stored + sorted(live, key=lambda canonical: canonical.seq)
 
     def add_canonical(
-        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+        self,
+        canonical_id: str,
+        simhash: int,
+        language: str,
+        bands: Sequence[int],
+        published_at: int,
+        figures: int = 0,
     ) -> None:
         if canonical_id in self._made:
             return  # registering again changes nothing, as in Redis
         self._stamped(published_at)
-        canonical = Canonical(canonical_id, simhash, language, _PROVISIONAL_SEQ + len(self._made), published_at)
+        seq = _PROVISIONAL_SEQ + len(self._made)
+        canonical = Canonical(canonical_id, simhash, language, seq, published_at, figures)
         self._made.add(canonical_id)
         for index, value in enumerate(bands):
             self._new.setdefault((language, index, value), []).append(canonical)
-        self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at))
+        self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at, figures))
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
         self._stamped(published_at)

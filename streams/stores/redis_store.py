@@ -11,7 +11,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `v:{t}…` of `B(doc_id)` | doc_id | the verdict: its stamp, its `seq`, a space, then `_verdict_value` (model by code) |
 | `x:{t}…` of `B(key)` | 64 more bits of the key's hash, an integer | stamp, then the canonical (or doc in review) |
 | `c:{t}…` of `B(doc_id)` | doc_id | a canonical's first-seen `seq` (marks it registered; s: holds the stamp) |
-| `s:{t}n`, n = `seq >> 8` | seq | the canonical's simhash (16 hex digits), its stamp, then its doc_id |
+| `s:{t}n`, n = `seq >> 8` | seq | the canonical's stamp, simhash and figures (11 base64url digits each), its doc_id |
 | `b:{t}{language}:{table}:{key >> shift}` | the key's low bits | the `seq`s of the canonicals with that key |
 | `g:{t}…` of `B(doc_id)` | doc_id | members of a canonical's group besides itself, times 65536, plus the stamp |
 | (the same) | `\x00` + 16 hex digits | while a batch is written: a member's growth of a group ("Writes") |
@@ -63,10 +63,12 @@ is in another slot), read with the batch.
 Layouts. A state written in another layout (before the stamps, before the hash tags), with
 another bucket count or another band layout would be misread: the store refuses it in one line
 (`LayoutMismatch`: set the bucket bits or bands it names, or rebuild it with `dedup replay`). An
-empty state is marked with `{prefix}layout` on first use (`3/16`: layout 3, 16 bucket bits, 4x16
-bands; `3/16/8x32+p1` with those bands); data (a seq, vseq, clock, sweep or languages key) without
+empty state is marked with `{prefix}layout` on first use (`4/16`: layout 4, 16 bucket bits, 4x16
+bands; `4/16/8x32+p1` with those bands); data (a seq, vseq, clock, sweep or languages key) without
 it is an older layout. A layout 2 state (`2/16`, a plain `2` with 12 bucket bits) is read and written
-as it was, its exact keys' fields in hex; `dedup replay --fresh` rebuilds it in layout 3.
+as it was, its exact keys' fields in hex, and so is a layout 3 state: their s: entries
+(`{simhash: 16 hex}{stamp}{doc_id}`) hold no figures, so stage 3 checks none of their canonicals' (`_Entries`);
+`dedup replay --fresh` rebuilds either in layout 4.
 
 Lost. A batch reads the layout marker and the replay's checkpoint in its first round trip. A marker
 this store saw and that is gone now means Redis was emptied under it, and one with another token
@@ -188,6 +190,7 @@ naming a long id passes 64 bytes, so the compose file's Redis runs with
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 import secrets
@@ -247,10 +250,14 @@ _SWEEP_BUCKETS = 1024
 """Hash buckets one sweep step may read: it stops at the first after `_SWEEP_FIELDS` fields read."""
 _SWEEP_FIELDS = 5_000
 """Fields one sweep step reads at most, give or take a bucket: a few milliseconds of Redis time."""
-LAYOUT = "3"
-"""The key layout this code writes (`{prefix}layout`): hash-tagged buckets, exact keys' fields integers."""
+LAYOUT = "4"
+"""The key layout this code writes (`{prefix}layout`): hash-tagged buckets, exact keys' fields integers, s: entries
+with the canonical's figures."""
 _HEX_FIELDS = "2"
-"""The layout before 3, still read and written as it was: its exact keys' fields are 20 hex digits."""
+"""The layout before 3, still read and written as it was: its exact keys' fields are 20 hex digits (its s:
+entries layout 3's)."""
+_NO_FIGURES = "3"
+"""The layout before 4, still read and written as it was: its s: entries hold no figures (`_Entries`)."""
 _BANDS_BEFORE = FOUR_BY_16.name
 """The band layout of a marker that names none (`2/16`): the only one before band layouts were recorded."""
 
@@ -353,15 +360,16 @@ _AT_LEAST = """
 if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[1]) or '0') then redis.call('SET', KEYS[1], ARGV[1]) end
 return 1
 """
-# KEYS: fence, s bucket; ARGV: epoch, clock, bands retention ('' any age), the seqs: removes their entries
-# (those still past the retention, when one is given); returns how many it removed.
+# KEYS: fence, s bucket; ARGV: epoch, clock, bands retention ('' any age), where an entry's stamp begins, the
+# seqs: removes their entries (those still past the retention, when one is given); returns how many it removed.
 _DROP_ENTRIES = (
     _WRITE
     + """
 local removed = 0
-for k = 4, #ARGV do
+local day_at = tonumber(ARGV[4])
+for k = 5, #ARGV do
   local entry = redis.call('HGET', KEYS[2], ARGV[k])
-  if entry and (ARGV[3] == '' or expired(tonumber(string.sub(entry, 17, 20), 16), ARGV[3])) then
+  if entry and (ARGV[3] == '' or expired(tonumber(string.sub(entry, day_at, day_at + 3), 16), ARGV[3])) then
     redis.call('HDEL', KEYS[2], ARGV[k])
     removed = removed + 1
   end
@@ -574,14 +582,16 @@ end
 return {tonumber(ARGV[5]) - left, #KEYS - 1, read}
 """
 )
-# KEYS: an s: bucket; ARGV: clock, bands retention. Its expired entries (seq, entry, ...): only those travel.
+# KEYS: an s: bucket; ARGV: clock, bands retention, where an entry's stamp begins. Its expired entries (seq,
+# entry, ...): only those travel.
 _EXPIRED_CANONICALS = """
 local clock = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
+local day_at = tonumber(ARGV[3])
 local out = {}
 local flat = redis.call('HGETALL', KEYS[1])
 for j = 1, #flat, 2 do
-  if keep > 0 and tonumber(string.sub(flat[j + 1], 17, 20), 16) * 86400 + 86399 < clock - keep then
+  if keep > 0 and tonumber(string.sub(flat[j + 1], day_at, day_at + 3), 16) * 86400 + 86399 < clock - keep then
     out[#out + 1] = flat[j]
     out[#out + 1] = flat[j + 1]
   end
@@ -734,6 +744,8 @@ class RedisStateStore:
         """The layout marker as this store found (or made) it: a batch that reads another refuses ("Lost")."""
         self._hex_fields = False
         """The state is of layout 2: its exact keys' fields are hex (`_exact`)."""
+        self._entries: _Entries = ENTRIES
+        """How the state's s: entries hold a canonical: with its figures (layout 4) or without (2 and 3)."""
         self._fences = [f"{prefix}lock:fence:{{{tag}}}" for tag in _TAG_HEX]
         """One a slot group: the newest lease's epoch, and the mark that the group's keys are there (see "Lost")."""
         self._fence_of = dict(zip(_TAG_HEX, self._fences, strict=True))
@@ -929,11 +941,11 @@ class RedisStateStore:
         written = f"{_HEX_FIELDS}/12" if config == _HEX_FIELDS else config  # marked before the bucket count was
         kind, bits, bands = [*written.split("/", 2), "", ""][:3]
         bands = bands or _BANDS_BEFORE  # marked before band layouts were
-        if layout is not None and kind not in (LAYOUT, _HEX_FIELDS):
+        if layout is not None and kind not in (LAYOUT, _NO_FIGURES, _HEX_FIELDS):
             raise LayoutMismatch(
                 f"the Redis state under prefix {self._prefix!r} has layout {layout}, this version reads "
-                f"layouts {_HEX_FIELDS} and {LAYOUT}: rebuild it with `dedup replay --fresh` (or into another "
-                "DEDUP_REDIS_PREFIX)"
+                f"layouts {_HEX_FIELDS}, {_NO_FIGURES} and {LAYOUT}: rebuild it with `dedup replay --fresh` (or "
+                "into another DEDUP_REDIS_PREFIX)"
             )
         if layout is not None and bits != str(self._bucket_bits):
             raise LayoutMismatch(
@@ -966,6 +978,7 @@ class RedisStateStore:
                 return self._ensure_layout()  # another store marked it meanwhile: its marker is checked
         self._marker = layout
         self._hex_fields = kind == _HEX_FIELDS
+        self._entries = ENTRIES if layout.startswith(f"{LAYOUT}/") else _WITHOUT_FIGURES
         self._layout_checked = True
 
     def clear(self) -> int:
@@ -1221,17 +1234,23 @@ class RedisStateStore:
                 entry = entries[seq]
                 if entry is None:  # a seq leaves its band entries with its s: entry; should one stay, it is none
                     continue
-                stamp = _day_end(int(entry[_SIMHASH_HEX : _SIMHASH_HEX + _DAY_HEX], 16))
+                stamp = _day_end(self._entries.day(entry))
                 if not expired(stamp, clock, self.keep.bands):
-                    simhash, doc_id = entry[:_SIMHASH_HEX], entry[_SIMHASH_HEX + _DAY_HEX :]
-                    candidates.append(Canonical(doc_id, int(simhash, 16), language, seq, stamp))
+                    simhash, figures, doc_id = self._entries.read(entry)
+                    candidates.append(Canonical(doc_id, simhash, language, seq, stamp, figures))
             results.append(candidates)
         return results
 
     def add_canonical(
-        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+        self,
+        canonical_id: str,
+        simhash: int,
+        language: str,
+        bands: Sequence[int],
+        published_at: int,
+        figures: int = 0,
     ) -> None:
-        self._write([CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at)])
+        self._write([CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at, figures)])
 
     def replace_verdict(self, link: Link, expected: Link) -> bool:
         current = self.verdict_of(link.doc_id)
@@ -1475,9 +1494,9 @@ class RedisStateStore:
             write = writes[i]
             if isinstance(write, RemoveCanonicalWrite):
                 held[i] = seq
-            elif entry is not None and not expired(_day_end(int(entry[16:20], 16)), clock, self.keep.bands):
+            elif entry is not None and not expired(_day_end(self._entries.day(entry)), clock, self.keep.bands):
                 results[i] = seq
-                if int(entry[:_SIMHASH_HEX], 16) == write.simhash:  # type: ignore[union-attr]
+                if self._entries.read(entry)[0] == write.simhash:  # type: ignore[union-attr]
                     held[i] = seq
             else:
                 dead.append(i)  # its entry expired (or a crash left it unwritten): registered again
@@ -1535,7 +1554,7 @@ class RedisStateStore:
             if isinstance(write, CanonicalWrite) and (results[i] == new.get(i) or i in held):
                 seq = str(results[i])
                 stamp = stamp_of(write.published_at)
-                entry = f"{write.simhash:0{_SIMHASH_HEX}x}{stamp}{write.canonical_id}"
+                entry = self._entries.write(write.simhash, stamp, write.figures, write.canonical_id)
                 entries.append((self._entries_key(results[i] // 256), "e", (seq, entry)))
                 adding += [(key, "b", (field_, seq)) for key, field_ in self._band_entries(write.language, write.bands)]
                 languages.add(write.language)
@@ -1783,7 +1802,7 @@ class RedisStateStore:
         s_bucket = self._entries_key(bucket)
         flat, languages = self._run(
             [
-                partial(self._expired_canonicals, keys=[s_bucket], args=[clock, self.keep.bands]),
+                partial(self._expired_canonicals, keys=[s_bucket], args=[clock, self.keep.bands, self._entries.day_at]),
                 partial(_hkeys, key=self._languages),
             ]
         )
@@ -1791,7 +1810,8 @@ class RedisStateStore:
         bulk = _Bulk(self)
         dropping: list[tuple[str, str, tuple[Any, ...]]] = []
         for seq, entry in gone:
-            doc_id, keys = entry[_SIMHASH_HEX + _DAY_HEX :], self.band_layout.keys(int(entry[:_SIMHASH_HEX], 16))
+            simhash, _, doc_id = self._entries.read(entry)
+            keys = self.band_layout.keys(simhash)
             for language in sorted(languages):
                 dropping += [(key, "B", (field_, seq)) for key, field_ in self._band_entries(language, keys)]
             bulk.add(self._bucket("c", doc_id), "u", (doc_id, seq))
@@ -1799,7 +1819,7 @@ class RedisStateStore:
             bulk.add(key, code, args)
         self._sink(bulk.calls(epoch, clock))
         after = at if len(flat) // 2 > limit else at + 1
-        args = [self.keep.bands, *(seq for seq, _ in gone)]
+        args = [self.keep.bands, self._entries.day_at, *(seq for seq, _ in gone)]
         removed, _ = self._run(
             [
                 self._fenced(self._drop_entries, [s_bucket], args, epoch, clock),
@@ -1807,6 +1827,51 @@ class RedisStateStore:
             ]
         )
         return int(removed)
+
+
+class _Entries:
+    """How an s: entry of layouts 2 and 3 holds a canonical: `{simhash: 16 hex}{stamp: 4 hex}{doc_id}`, no figures."""
+
+    day_at = _SIMHASH_HEX + 1
+    """Where the stamp begins, for the scripts (Lua counts from 1)."""
+
+    def write(self, simhash: int, stamp: str, figures: int, doc_id: str) -> str:
+        return f"{simhash:0{_SIMHASH_HEX}x}{stamp}{doc_id}"
+
+    def day(self, entry: str) -> int:
+        return int(entry[_SIMHASH_HEX : _SIMHASH_HEX + _DAY_HEX], 16)
+
+    def read(self, entry: str) -> tuple[int, int, str]:
+        """The simhash, the figures (0: none kept) and the doc_id."""
+        return int(entry[:_SIMHASH_HEX], 16), 0, entry[_SIMHASH_HEX + _DAY_HEX :]
+
+
+class _EntriesWithFigures(_Entries):
+    """Layout 4: `{stamp: 4 hex}{simhash: 11 base64url}{figures: 11 base64url}{doc_id}`. The stamp first, as in
+    every other family's values; in base64 the figures (64 bits, `streams.features.figures`) cost an entry 6 bytes
+    more than layout 3's, where 16 more hex digits would cost 16."""
+
+    day_at = 1
+
+    def write(self, simhash: int, stamp: str, figures: int, doc_id: str) -> str:
+        both = base64.urlsafe_b64encode(simhash.to_bytes(8, "big") + figures.to_bytes(8, "big")).decode()
+        return f"{stamp}{both[: 2 * _B64]}{doc_id}"
+
+    def day(self, entry: str) -> int:
+        return int(entry[:_DAY_HEX], 16)
+
+    def read(self, entry: str) -> tuple[int, int, str]:
+        end = _DAY_HEX + 2 * _B64
+        both = int.from_bytes(base64.urlsafe_b64decode(entry[_DAY_HEX:end] + "=="), "big")
+        return both >> 64, both & _LOW_64, entry[end:]
+
+
+_WITHOUT_FIGURES = _Entries()
+ENTRIES = _EntriesWithFigures()
+"""How this version writes a new state's s: entries (the scale benchmark's bulk writer writes them so too)."""
+_B64 = 11
+"""Base64 digits for 64 bits: a simhash and a figures digest, 128 bits, in 22 (the padding left out)."""
+_LOW_64 = (1 << 64) - 1
 
 
 class _Lua:

@@ -62,7 +62,7 @@ def _canonicals_schema(tables: int) -> str:
     bands = "".join(f"b{i} INTEGER NOT NULL, " for i in range(tables))
     return (
         "CREATE TABLE IF NOT EXISTS canonicals (seq INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE,"
-        f" simhash INTEGER NOT NULL, language TEXT NOT NULL, {bands}stamp INTEGER);"
+        f" simhash INTEGER NOT NULL, language TEXT NOT NULL, {bands}stamp INTEGER, figures INTEGER);"
         + "".join(f"CREATE INDEX IF NOT EXISTS canonicals_b{i} ON canonicals (b{i});" for i in range(tables))
     )
 
@@ -87,7 +87,7 @@ def cannot_open(path: Path | str, what: str, exc: sqlite3.Error) -> ValueError:
 
 
 def _to_signed(value: int) -> int:
-    """SQLite integers are signed 64-bit; store the unsigned fingerprint in two's complement."""
+    """SQLite integers are signed 64-bit; store an unsigned fingerprint (a simhash, figures) in two's complement."""
     return value - (1 << 64) if value >= _SIGN else value
 
 
@@ -138,6 +138,9 @@ class SqliteStateStore:
             if "stamp" not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN stamp INTEGER")
                 self._unstamped = True
+        if "figures" not in {row[1] for row in self._db.execute("PRAGMA table_info(canonicals)")}:
+            # A state folder from before the figure check: its canonicals state no figures (NULL), none is checked.
+            self._db.execute("ALTER TABLE canonicals ADD COLUMN figures INTEGER")
         self._unstamped = self._unstamped or any(
             self._db.execute(f"SELECT 1 FROM {table} WHERE stamp IS NULL LIMIT 1").fetchone() for table in _FAMILIES
         )
@@ -228,10 +231,10 @@ class SqliteStateStore:
         db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
         # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
         db.executemany(
-            f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?)"
+            f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?, ?)"
             " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
             [
-                (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at)
+                (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at, _to_signed(c.figures))
                 for c, bands in self._canonicals
             ],
         )
@@ -364,12 +367,12 @@ class SqliteStateStore:
             for part in _parts([value for i, value in wanted if i == index]):
                 marks, values = _bound(part)
                 rows = self._db.execute(
-                    f"SELECT doc_id, simhash, language, seq, stamp, b{index} FROM canonicals"
+                    f"SELECT doc_id, simhash, language, seq, stamp, figures, b{index} FROM canonicals"
                     f" WHERE b{index} IN ({marks})",
                     values,
                 )
-                for doc_id, simhash, language, seq, stamp, value in rows:
-                    self._stored_bands[index, value].append(self._canonical(doc_id, simhash, language, seq, stamp))
+                for *row, value in rows:
+                    self._stored_bands[index, value].append(self._canonical(*row))
         self._load_verdicts(found.values())
         # The chunk's own documents too: one about to be linked is asked whether it has members (`_was_canonical`).
         bands = (c.doc_id for band in wanted for c in self._stored_bands[band])
@@ -495,13 +498,19 @@ class SqliteStateStore:
         layout = self.band_layout
         marks = ", ".join("?" * len(layout.near(0)))
         where = " OR ".join(f"b{index} IN ({marks})" for index in range(len(layout.tables)))
-        return f"SELECT doc_id, simhash, language, seq, stamp FROM canonicals WHERE ({where}) AND language = ?"
+        return f"SELECT doc_id, simhash, language, seq, stamp, figures FROM canonicals WHERE ({where}) AND language = ?"
 
     def add_canonical(
-        self, canonical_id: str, simhash: int, language: str, bands: Sequence[int], published_at: int
+        self,
+        canonical_id: str,
+        simhash: int,
+        language: str,
+        bands: Sequence[int],
+        published_at: int,
+        figures: int = 0,
     ) -> None:
         """Register a canonical; registering one again keeps its first `seq` (and its later stamp)."""
-        canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at))
+        canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at), figures)
         self._next_seq += 1
         self._canonicals.append((canonical, tuple(bands)))
         for band in enumerate(bands):  # the keys it is stored under: a lookup's `near` keys find it
@@ -554,9 +563,12 @@ class SqliteStateStore:
         *fields, stamp = row
         return _link(doc_id, *fields, published_at=self._clock if stamp is None else stamp)
 
-    def _canonical(self, doc_id: str, simhash: int, language: str, seq: int, stamp: int | None) -> Canonical:
+    def _canonical(
+        self, doc_id: str, simhash: int, language: str, seq: int, stamp: int | None, figures: int | None
+    ) -> Canonical:
         """A canonical as a row of `canonicals` holds it (an unstamped row: stamped at migration, i.e. now)."""
-        return Canonical(doc_id, _to_unsigned(simhash), language, seq, self._clock if stamp is None else stamp)
+        stamped = self._clock if stamp is None else stamp
+        return Canonical(doc_id, _to_unsigned(simhash), language, seq, stamped, _to_unsigned(figures or 0))
 
 
 def _link(

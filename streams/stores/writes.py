@@ -29,6 +29,7 @@ class CanonicalWrite:
     language: str
     bands: tuple[int, ...]
     published_at: int
+    figures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
