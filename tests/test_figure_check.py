@@ -468,3 +468,15 @@ def test_on_the_public_data_the_check_holds_back_one_real_near_duplicate_and_nin
         pairs = [(d.text(), document_text(moved(d.title), " ".join(map(moved, d.lines)))) for d in docs]
         within, held = held_back([(a, b) for a, b in pairs if a != b], language)
         assert held >= 0.9 * within, (language, within, held)
+
+
+def test_with_every_stage_a_report_kept_apart_is_embedded_where_its_translation_can_find_it(tmp_path: Path) -> None:
+    """Kept apart at stage 3, a canonical is registered with its vector (and its link carries it), so the semantic
+    stage can find it: registered without one, its Bangla translation could only meet the other day's report."""
+    source = _market(tmp_path / "days.jsonl", DAYS, 0)
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "state")
+    run(Settings(), [str(source)], paths)
+    (first, second) = map(orjson.loads, paths.links.read_bytes().splitlines())
+    assert (second["verdict"], second["canonical_id"]) == ("unique", "report-1")
+    assert second["reason"].startswith("figure check: kept apart from report-0")
+    assert second["model"] and len(second["vector"]) == len(first["vector"]) > 0

@@ -199,11 +199,16 @@ class Cascade:
         return replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
 
     def needs_vector(self, doc: Document) -> bool:
-        """Whether `decide` will want this document's vector, given the state right now (read-only)."""
+        """Whether `decide` will want this document's vector, given the state right now (read-only): one that
+        stages 1 to 3 do not link, and one the figure check keeps apart, which becomes a canonical the
+        semantic stage can find (its translation is linked to it)."""
         if not self.semantic:
             return False
         doc = self.identify(doc)
-        return self._state.verdict_of(doc.doc_id) is None and self._cheap(doc) is None
+        if self._state.verdict_of(doc.doc_id) is not None:
+            return False
+        link = self._cheap(doc)
+        return link is None or link.canonical_id == doc.doc_id
 
     def would_link(self, doc: Document, earlier: Document) -> bool:
         """Whether stages 1 to 3 would link `doc` to `earlier` were `earlier` a canonical (pure), or decide it
