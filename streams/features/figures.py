@@ -16,7 +16,8 @@ small enough to sit beside every canonical's fingerprint in the state:
   the hyphen follows no letter or digit (`-5`, never the `19` of `COVID-19`);
 - a clock time (`9:35`) is no figure: a re-crawl of a live page moves its timestamp;
 - a score is two figures of one or two digits joined by a hyphen (`3-1`, `3 - 1`) or a
-  colon (`3:1`; `2:10` is a clock time), read as facts.py reads it: the higher first;
+  colon (`3:1`; `2:10` is a clock time), read as facts.py reads it (the higher first; no score
+  in a date: `2025-12-06`, `06-12-2025`);
 - a year is a figure of four digits from 1900 to 2099;
 - years, scores and the other figures are kept apart: a template restates the year, and
   a match report's small figures (a minute, a position) may meet the other game's score.
@@ -58,12 +59,15 @@ _NUMBERS_AT = _SCORE_AT + SCORE_SLOTS * _SCORE_BITS
 HEX_DIGITS = 16
 """A digest as a link record writes it: 64 bits, as hex digits."""
 
-_DIGITS = np.full(0x10000, -1, dtype=np.int8)
-for _cp in range(0x10000):
+_PLANES = 0x20000
+"""Codepoints the digit table covers: the BMP and the Supplementary Multilingual Plane, where Unicode's other
+decimal digits are (Chakma's, a script of Bangladesh, Adlam's, Brahmi's...); none lies beyond it."""
+_DIGITS = np.full(_PLANES, -1, dtype=np.int8)
+for _cp in range(_PLANES):
     if (_value := unicodedata.decimal(chr(_cp), None)) is not None:
         _DIGITS[_cp] = _value
 del _cp, _value
-"""Each BMP codepoint's decimal digit value (any script), or -1."""
+"""Each codepoint's decimal digit value (any script), or -1."""
 
 _STOPS = np.zeros(256, dtype=np.bool_)
 _STOPS[0x30:0x3A] = True
@@ -75,7 +79,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _POINT = 10
 _MINUS = 11
 """Symbols a figure's hash reads besides its digits."""
-_SPACE, _HYPHEN, _COLON, _DOT, _COMMA, _PERCENT = 0x20, 0x2D, 0x3A, 0x2E, 0x2C, 0x25
+_SPACE, _HYPHEN, _COLON, _DOT, _COMMA, _PERCENT, _SLASH = 0x20, 0x2D, 0x3A, 0x2E, 0x2C, 0x25, 0x2F
 
 
 @njit(cache=True)
@@ -84,13 +88,28 @@ def _digit_at(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> tuple
     if i >= end:
         return -1, 0
     cp, width = decode(buffer, i)
-    return (np.int64(digits[cp]) if cp < 0x10000 else -1), width
+    return (np.int64(digits[cp]) if cp < digits.shape[0] else -1), width
 
 
 @njit(cache=True)
-def _short_figure(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> tuple[int, int]:
-    """A figure of one or two digits and nothing more at byte `i` (not followed by a digit, '.', ',' or '%'):
-    its value and the byte after it; (-1, i) when there is none."""
+def _cut(buffer: np.ndarray, start: int, end: int, max_chars: int) -> int:
+    """Where the first `max_chars` characters of `buffer[start:end]` end (a character is one byte to four)."""
+    if end - start <= max_chars:
+        return end
+    chars = 0
+    for j in range(start, end):
+        if buffer[j] & 0xC0 != 0x80:  # the first byte of a character
+            if chars == max_chars:
+                return j
+            chars += 1
+    return end
+
+
+@njit(cache=True)
+def _score_second(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> tuple[int, int]:
+    """The second figure of a score at byte `i`, as facts.py reads one: one or two digits followed by no digit,
+    '.', ',', ':', '/', '%' (nor ' %') and no '-' and digit (the `12-2025` of a date); its value and the byte
+    after it, or (-1, i)."""
     value, width = _digit_at(buffer, i, end, digits)
     if value < 0:
         return -1, i
@@ -101,8 +120,14 @@ def _short_figure(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> t
         j += width
     if _digit_at(buffer, j, end, digits)[0] >= 0:
         return -1, i
-    if j < end and (buffer[j] == _DOT or buffer[j] == _COMMA or buffer[j] == _PERCENT):
-        return -1, i
+    if j < end:
+        after = buffer[j]
+        if after in (_DOT, _COMMA, _COLON, _SLASH, _PERCENT):
+            return -1, i
+        if after == _HYPHEN and _digit_at(buffer, j + 1, end, digits)[0] >= 0:
+            return -1, i
+        if after == _SPACE and j + 1 < end and buffer[j + 1] == _PERCENT:
+            return -1, i
     return value, j
 
 
@@ -122,40 +147,36 @@ def _add(slots: np.ndarray, filled: int, value: int) -> int:
 def _digest(
     buffer: np.ndarray, start: int, end: int, digits: np.ndarray, stops: np.ndarray, max_chars: int
 ) -> np.uint64:
-    """One text's digest (see the module's text), read from `buffer[start:end]`."""
+    """One text's digest (see the module's text), read from its first `max_chars` characters in `buffer[start:end]`."""
+    end = _cut(buffer, start, end, max_chars)  # nothing past it is read, look-aheads included
     years = np.zeros(YEAR_SLOTS, dtype=np.int64)
     scores = np.zeros(SCORE_SLOTS, dtype=np.int64)
     numbers = np.zeros(NUMBER_SLOTS, dtype=np.int64)
     n_years = n_scores = n_numbers = 0
-    i, chars = start, 0
-    while i < end and chars < max_chars:
-        if n_years == YEAR_SLOTS and n_scores == SCORE_SLOTS and n_numbers == NUMBER_SLOTS:
-            break
-        skip_to = min(end, i + max_chars - chars)
-        first = i
-        while i < skip_to and not stops[buffer[i]]:  # the fast path: ASCII that is no digit, most of a text
+    i = start
+    while i < end and (n_years < YEAR_SLOTS or n_scores < SCORE_SLOTS or n_numbers < NUMBER_SLOTS):
+        while i < end and not stops[buffer[i]]:  # the fast path: ASCII that is no digit, most of a text
             i += 1
-        chars += i - first
-        if i >= end or chars >= max_chars:
+        if i >= end:
             break
         b = np.int64(buffer[i])
         if b < 0x80:
             value, width = b - 0x30, 1
         else:
             cp, width = decode(buffer, i)
-            value = np.int64(digits[cp]) if cp < 0x10000 else -1
+            value = np.int64(digits[cp]) if cp < digits.shape[0] else -1
             if value < 0:
                 i += width
-                chars += 1
                 continue
-        # A minus sign, where the hyphen follows no letter or digit (`-5`; not `COVID-19`, `3-1`): anything
-        # above ASCII counts as a letter, since the hyphen only matters right after a word.
-        negative = False
-        if i > start and buffer[i - 1] == _HYPHEN:
-            before = np.int64(buffer[i - 2]) if i - 1 > start else 0x20
-            negative = not (
-                before >= 0x80 or 0x30 <= before <= 0x39 or 0x41 <= before <= 0x5A or 0x61 <= before <= 0x7A
-            )
+        # What stands before the figure: a minus sign where the hyphen follows no letter or digit (`-5`; not
+        # `COVID-19`, `3-1`; anything above ASCII counts as a letter, since the hyphen only matters right after a
+        # word), and whether it may begin a score (facts.py: not after a digit, '.', ',', ':', '/' or '-').
+        previous = np.int64(buffer[i - 1]) if i > start else _SPACE
+        before = np.int64(buffer[i - 2]) if i - 1 > start else _SPACE
+        negative = previous == _HYPHEN and not (
+            before >= 0x80 or 0x30 <= before <= 0x39 or 0x41 <= before <= 0x5A or 0x61 <= before <= 0x7A
+        )
+        may_score = previous not in (_HYPHEN, _DOT, _COMMA, _COLON, _SLASH)
         h = (_FNV_OFFSET ^ np.uint64(_MINUS)) * _FNV_PRIME if negative else _FNV_OFFSET
         count = number = 0
         separated = False
@@ -165,7 +186,6 @@ def _digest(
                 number = number * 10 + value if count < 6 else number
                 count += 1
                 i += width
-                chars += 1
             elif (
                 i < end and (buffer[i] == _DOT or buffer[i] == _COMMA) and _digit_at(buffer, i + 1, end, digits)[0] >= 0
             ):
@@ -173,7 +193,6 @@ def _digest(
                     h = (h ^ np.uint64(_POINT)) * _FNV_PRIME
                 separated = True
                 i += 1
-                chars += 1
             else:
                 break
             value, width = _digit_at(buffer, i, end, digits)
@@ -183,9 +202,8 @@ def _digest(
             ones, w2 = _digit_at(buffer, i + 1 + w1, end, digits)
             if minutes >= 0 and ones >= 0 and _digit_at(buffer, i + 1 + w1 + w2, end, digits)[0] < 0:
                 i += 1 + w1 + w2
-                chars += 3
                 continue
-        if short and not negative:  # a score: `3-1`, `3 - 1`, `3:1`
+        if short and may_score:  # a score: `3-1`, `3 - 1`, `3:1`
             j = i
             if j + 1 < end and buffer[j] == _SPACE and buffer[j + 1] == _HYPHEN:
                 j += 2
@@ -195,13 +213,12 @@ def _digest(
                 j += 1 if j < end and buffer[j] == _SPACE else 0
             elif j < end and buffer[j] == _COLON:
                 j += 1
-            other, after = _short_figure(buffer, j, end, digits) if j > i else (-1, i)
+            other, after = _score_second(buffer, j, end, digits) if j > i else (-1, i)
             if other >= 0:
                 h = _FNV_OFFSET
                 for symbol in (max(number, other), min(number, other)):
                     h = (h ^ np.uint64(symbol)) * _FNV_PRIME
                 n_scores = _add(scores, n_scores, np.int64(h % np.uint64((1 << _SCORE_BITS) - 1)) + 1)
-                chars += after - i  # (close enough: scores are ASCII or a few Bangla digits)
                 i = after
                 continue
         if not separated and not negative and count == 4 and _FIRST_YEAR <= number <= _LAST_YEAR:
