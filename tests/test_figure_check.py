@@ -9,9 +9,7 @@ its link record, so a replayed state checks as the live one did.
 from __future__ import annotations
 
 import itertools
-import re
 import sqlite3
-import unicodedata
 import uuid
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.figure_check import other_numbers
 from benchmarks.replay_speed import keys
 from streams.config import Settings
 from streams.core.cascade import Cascade
@@ -107,17 +106,6 @@ _ALPHABET = "0123456789 -.,:%aZ\n" + "".join(chr(0x09E6 + k) for k in range(10))
 """ASCII, Bangla and Arabic-Indic digits, and what may join, part or follow figures."""
 
 
-def _other_numbers(text: str) -> str:
-    """Every digit of `text` (any script) moved by 3 in its own script: the same wording, other results."""
-
-    def bump(m: re.Match[str]) -> str:
-        ch = m.group(0)
-        value = unicodedata.decimal(ch)
-        return chr(ord(ch) - value + (value + 3) % 10)
-
-    return re.sub(r"\d", bump, text)
-
-
 # ------------------------------------------------------------------------------------------ the digest
 
 
@@ -190,7 +178,7 @@ def test_simhash_never_links_two_match_reports_with_different_results(
     title, body = sentences[0], " ".join(sentences[1:])
     featurizer, cascade = _cascade()
     first = _doc(featurizer, title, body, "match-a")
-    second = _doc(featurizer, _other_numbers(title), _other_numbers(body), "match-b")
+    second = _doc(featurizer, other_numbers(title), other_numbers(body), "match-b")
     assert first.language == second.language == language
     assert disagreement(text_facts(first.text), text_facts(second.text)) is not None
     assert hamming(first.simhash, second.simhash) <= Settings().simhash.threshold(language)  # what linked them
@@ -357,6 +345,15 @@ def _market(path: Path, days: list[dict[str, str]], first_id: int) -> Path:
     return path
 
 
+def market_lines() -> list[bytes]:
+    """Both days' reports as raw articles `r0`, `r1` (JSON lines for a topic), a day apart."""
+    return [
+        orjson.dumps({"id": f"r{n}", "url": f"https://m.example.com/{n}", "title": MARKET_EN[0].format(**day),
+                      "body": MARKET_EN[1].format(**day), "published_at": format_timestamp(T0 + n * 86_400)})
+        for n, day in enumerate(DAYS)
+    ]  # fmt: skip
+
+
 def test_links_carry_the_figures_and_a_replayed_state_checks_them_as_the_live_one(tmp_path: Path) -> None:
     """The canonical's digest rides in its link record (schema-valid), so `dedup replay` gives it back: the next
     day's report is kept apart by the rebuilt state as by the live one."""
@@ -388,11 +385,7 @@ def test_the_service_rebuilds_the_figures_from_dedup_links(make_stack: object, r
     stack: Stack = make_stack("url,content,simhash")  # type: ignore[operator]
     stack.create_topics()
     stack.start_worker()
-    lines = [
-        orjson.dumps({"id": f"r{n}", "url": f"https://m.example.com/{n}", "title": MARKET_EN[0].format(**day),
-                      "body": MARKET_EN[1].format(**day), "published_at": format_timestamp(T0 + n * 86_400)})
-        for n, day in enumerate(DAYS)
-    ]  # fmt: skip
+    lines = market_lines()
     stack.produce(lines)
     streamed, _ = stack.final_links({"r0", "r1"})
     assert (streamed["r1"]["verdict"], streamed["r1"]["canonical_id"]) == ("unique", "r1")

@@ -18,7 +18,7 @@ from streams.features.text import normalize_text
 from streams.records.article import format_timestamp
 from streams.runner.replay import replay_files
 from streams.stores.sqlite import SqliteStateStore
-from tests.test_figure_check import DAYS, MARKET_EN, T0, _cascade, _doc
+from tests.test_figure_check import DAYS, MARKET_EN, T0, _cascade, _doc, market_lines
 
 # ------------------------------------------------------------------------------------------ the kernel
 
@@ -89,11 +89,7 @@ def test_the_service_review_screen_keeps_the_figure_checks_reason_after_a_redeli
     stack.extra_env["DEDUP_SIMHASH__FIGURE_CHECK"] = "review"
     stack.create_topics()
     stack.start_worker()
-    lines = [
-        orjson.dumps({"id": f"r{n}", "url": f"https://m.example.com/{n}", "title": MARKET_EN[0].format(**day),
-                      "body": MARKET_EN[1].format(**day), "published_at": format_timestamp(T0 + n * 86_400)})
-        for n, day in enumerate(DAYS)
-    ]  # fmt: skip
+    lines = market_lines()
     stack.produce(lines)
     first, _ = stack.final_links({"r0", "r1"})
     assert (first["r1"]["verdict"], first["r1"]["stage"]) == ("review", "simhash")

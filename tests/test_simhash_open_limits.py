@@ -9,8 +9,6 @@ the other such limit: tests/test_figure_check.py.)
 from __future__ import annotations
 
 import itertools
-import re
-import unicodedata
 
 import pytest
 
@@ -33,17 +31,6 @@ def _make(featurizer: Featurizer, url: str, title: str, body: str, doc_id: str |
     doc = featurizer.featurize(record, b"", ingest_time=1_700_000_000)
     assert isinstance(doc, Document), doc
     return doc
-
-
-def _other_numbers(text: str) -> str:
-    """Every digit of `text` (any script) moved by 3 in its own script: the same wording, other results."""
-
-    def bump(m: re.Match[str]) -> str:
-        ch = m.group(0)
-        value = unicodedata.decimal(ch)
-        return chr(ord(ch) - value + (value + 3) % 10)
-
-    return re.sub(r"\d", bump, text)
 
 
 # ------------------------------------------------------------------------------------------ SimHash
