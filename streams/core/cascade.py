@@ -367,7 +367,8 @@ class Cascade:
             if found is None:
                 return self._figures_apart(doc, canonical.doc_id, distance, differ)
             canonical, distance = found
-        return Link(doc.doc_id, self._near_verdict(canonical.doc_id), canonical.doc_id, Stage.SIMHASH, distance)
+        verdict, why = self._near(canonical.doc_id)
+        return Link(doc.doc_id, verdict, canonical.doc_id, Stage.SIMHASH, distance, reason=why)
 
     def _figures_differ(self, doc: Document, canonical: Canonical) -> str | None:
         """How the figures of a document and a near-duplicate canonical conflict, or None (no conflict, a
@@ -418,11 +419,11 @@ class Cascade:
         if disagree is not None and self._fact_check == "apart":
             why = f"fact check: kept apart from {neighbour.doc_id} (semantic {score:.3f}): {disagree}"
             return Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id, reason=why), candidates
+        why = None if disagree is None else f"fact check: {disagree} (this document vs its canonical)"
         if disagree is not None:
             verdict = Verdict.REVIEW
         elif verdict is Verdict.DUPLICATE:
-            verdict = self._near_verdict(neighbour.doc_id)
-        why = None if disagree is None else f"fact check: {disagree} (this document vs its canonical)"
+            verdict, why = self._near(neighbour.doc_id)
         link = Link(doc.doc_id, verdict, neighbour.doc_id, Stage.SEMANTIC, score, str(self._model), reason=why)
         return link, candidates
 
@@ -472,10 +473,13 @@ class Cascade:
         registered again instead. (The batch's own group sizes are read with its verdicts: no round trip.)"""
         return self._state.group_size(doc.doc_id) > 1
 
-    def _near_verdict(self, canonical_id: str) -> Verdict:
-        """Near-duplicate links go to review once a group reaches its size cap: the percolation alarm."""
-        full = self._state.group_size(canonical_id) >= self._settings.group_cap
-        return Verdict.REVIEW if full else Verdict.DUPLICATE
+    def _near(self, canonical_id: str) -> tuple[Verdict, str | None]:
+        """A near-duplicate's verdict: a link, or review once the group reaches its size cap (the percolation
+        alarm), with the reason."""
+        size, cap = self._state.group_size(canonical_id), self._settings.group_cap
+        if size < cap:
+            return Verdict.DUPLICATE, None
+        return Verdict.REVIEW, f"group cap: the group of {canonical_id} has {size} members, group_cap is {cap}"
 
     def _exact_keys(self, doc: Document) -> dict[Stage, str]:
         """The exact keys of the enabled exact stages, URL first."""

@@ -35,7 +35,6 @@ from textual.widgets import Static
 from streams.config import SemanticSettings
 from streams.core.model import Stage, Verdict
 from streams.core.relink import Change, Label, Plan
-from streams.features.figures import figures_conflict, figures_from_hex
 from streams.labelling.pairs import BAND_LABELS, LabelWriter, Pair, band_counts, band_of, label_record
 from streams.labelling.screen import DecisionCallback, LabelApp
 from streams.reporting.inert import inert
@@ -86,37 +85,17 @@ def review_pairs(
     record (title and text); `article` its published article, for what the semantic stage never saw.
     """
     languages: dict[str, str | None] = {}
-    figures: dict[str, object] = {}
     reviews: list[Mapping[str, Any]] = []
     for record in links:
         languages[record["doc_id"]] = record.get("language")
-        figures[record["doc_id"]] = record.get("figures")
         if record.get("verdict") == Verdict.REVIEW.value and record.get("stage") in REVIEWED:
             reviews.append(record)
     if limit is not None:
         reviews = reviews[:limit]
-    return [
-        _pair(record, languages.get(record["canonical_id"]), candidate, article, figures.get(record["canonical_id"]))
-        for record in reviews
-    ]
+    return [_pair(record, languages.get(record["canonical_id"]), candidate, article) for record in reviews]
 
 
-def _simhash_reason(record: Mapping[str, Any], b_figures: object) -> str | None:
-    """Why stage 3 sent a document to review: its link's reason, or, where the record lacks it (a worker sends a
-    redelivered document's verdict again as the state holds it, without one), the figure check's when the two
-    digests conflict (the only cause besides the group cap)."""
-    if isinstance(reason := record.get("reason"), str):
-        return reason
-    try:
-        differ = figures_conflict(figures_from_hex(record.get("figures")), figures_from_hex(b_figures))
-    except ValueError:  # a record without figures (none stated, or written before them)
-        return None
-    return None if differ is None else f"figure check: {differ}"
-
-
-def _pair(
-    record: Mapping[str, Any], b_linked: str | None, candidate: Lookup, article: Lookup | None, b_figures: object
-) -> Pair:
+def _pair(record: Mapping[str, Any], b_linked: str | None, candidate: Lookup, article: Lookup | None) -> Pair:
     """The pair of one review. Whether a and b share a language is a's candidate record's word on
     its neighbour b (as the stage compared them), else the two languages, from b's own candidate
     record or link record; neither known, the pair is marked LANGUAGES_UNKNOWN."""
@@ -136,8 +115,8 @@ def _pair(
     if record["stage"] == Stage.SIMHASH.value:
         model, band = SIMHASH_MODEL, ""
         extra: dict[str, Any] = {"stage": Stage.SIMHASH.value, "distance": int(score)}
-        if (reason := _simhash_reason(record, b_figures)) is not None:
-            extra["reason"] = reason
+        if isinstance(reason := record.get("reason"), str):
+            extra["reason"] = reason  # the figure check's, or the group cap's
     else:
         model, band = str(record.get("model") or "unknown"), band_of(score) or ""
         extra = {} if isinstance(same, bool) else {LANGUAGES_UNKNOWN: True}
@@ -250,9 +229,7 @@ class ReviewApp(LabelApp):
         if is_simhash(pair):
             distance = int(pair.extra.get("distance", pair.score))
             line.append("SimHash review", style="bold magenta")
-            why = (
-                inert(pair.extra["reason"]) if "reason" in pair.extra else "a near-duplicate of a group at its size cap"
-            )
+            why = inert(pair.extra["reason"]) if "reason" in pair.extra else "no reason on record"
             line.append(f": Hamming distance {distance} of 64 bits, {why}")
             line.append("   (no cosine: applied, not written to the labels)", style="italic")
         else:

@@ -138,7 +138,9 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
 
     A worker that meets a relinked document again (a crawler sent it again) re-sends its verdict as a
     plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
-    It is the latest record then; the relink's fields are taken from the relink's record.
+    It is the latest record then; the relink's fields are taken from the relink's record. So is the
+    cascade's `reason` (the figure check's, the fact check's, the group cap's): the state keeps none, and a
+    redelivered document's verdict is sent again without it.
 
     A record `dedup replay` skips is skipped here too, and logged: the state holds nothing of it, and on a
     compacted topic it stays, so planning from it would refuse every relink for good.
@@ -149,6 +151,7 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     topic = settings.topics.links
     last: dict[str, tuple[Position, dict[str, Any]]] = {}
     relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
+    reasoned: dict[str, tuple[Position, dict[str, Any]]] = {}
     for message in read_to_end(settings, topic):
         partition, offset = message.partition(), message.offset()
         try:
@@ -160,15 +163,18 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
             continue
         doc_id = recorded.link.doc_id
         position = Position(partition, offset, recorded.link.seq)
-        for kept, wanted in ((last, True), (relinked, "decided_by" in record)):
+        for kept, wanted in ((last, True), (relinked, "decided_by" in record), (reasoned, "reason" in record)):
             if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
                 kept[doc_id] = (position, record)
     found = {}
+    same = ("verdict", "canonical_id", "stage")
     for doc_id, (_, record) in last.items():
         relink = relinked.get(doc_id, (None, None))[1]
-        same = ("verdict", "canonical_id", "stage")
         if "decided_by" not in record and relink is not None and all(record[f] == relink[f] for f in same):
             record = {**record, **{name: relink[name] for name in RELINK_FIELDS if name in relink}}
+        said = reasoned.get(doc_id, (None, None))[1]
+        if "reason" not in record and said is not None and all(record[f] == said[f] for f in same):
+            record = {**record, "reason": said["reason"]}
         found[doc_id] = record
     return found
 

@@ -303,6 +303,7 @@ class BatchedState:
             return  # registering again changes nothing, as in Redis
         self._stamped(published_at)
         seq = _PROVISIONAL_SEQ + len(self._made)
+        figures = figures if self._backend.keeps_figures else 0  # as the batch's later documents will read it
         canonical = Canonical(canonical_id, simhash, language, seq, published_at, figures)
         self._made.add(canonical_id)
         for index, value in enumerate(bands):

@@ -1252,6 +1252,13 @@ class RedisStateStore:
     ) -> None:
         self._write([CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at, figures)])
 
+    @property
+    def keeps_figures(self) -> bool:
+        """Whether the state's canonicals keep their figures (layout 4; a state of layout 2 or 3 keeps none, and
+        its canonicals are checked against nothing, made in this batch or before)."""
+        self._ensure_layout()
+        return self._entries is ENTRIES
+
     def replace_verdict(self, link: Link, expected: Link) -> bool:
         current = self.verdict_of(link.doc_id)
         if current != expected:

@@ -138,9 +138,11 @@ class SqliteStateStore:
             if "stamp" not in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN stamp INTEGER")
                 self._unstamped = True
-        if "figures" not in {row[1] for row in self._db.execute("PRAGMA table_info(canonicals)")}:
-            # A state folder from before the figure check: its canonicals state no figures (NULL), none is checked.
-            self._db.execute("ALTER TABLE canonicals ADD COLUMN figures INTEGER")
+        self._figures = "figures" in {row[1] for row in self._db.execute("PRAGMA table_info(canonicals)")}
+        """The canonicals carry figures. A state folder from before the figure check gets the column with the first
+        canonical a commit writes (its own canonicals state none: NULL, checked against nothing), not on opening:
+        a read (`dedup relink --dry-run`, a review) changes nothing, and the release before, which inserts
+        canonicals by position, can go on writing the folder until then."""
         self._unstamped = self._unstamped or any(
             self._db.execute(f"SELECT 1 FROM {table} WHERE stamp IS NULL LIMIT 1").fetchone() for table in _FAMILIES
         )
@@ -229,15 +231,20 @@ class SqliteStateStore:
         )
         # Removals first: a canonical removed and registered again since the last commit gets its new row.
         db.executemany("DELETE FROM canonicals WHERE doc_id = ?", [(doc_id,) for doc_id in self._removed])
-        # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
-        db.executemany(
-            f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?, ?)"
-            " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
-            [
-                (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at, _to_signed(c.figures))
-                for c, bands in self._canonicals
-            ],
-        )
+        if self._canonicals and not self._figures:
+            db.execute("ALTER TABLE canonicals ADD COLUMN figures INTEGER")
+            self._figures = True
+            self.__dict__.pop("_band_select", None)  # made without the column
+        if self._canonicals:  # (a statement is prepared even for no rows: it must fit the table)
+            # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
+            db.executemany(
+                f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?, ?)"
+                " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
+                [
+                    (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at, _to_signed(c.figures))
+                    for c, bands in self._canonicals
+                ],
+            )
         # A group back to its canonical alone has no row, as if it had never grown.
         db.executemany(
             "INSERT OR REPLACE INTO groups VALUES (?, ?, ?)",
@@ -367,7 +374,7 @@ class SqliteStateStore:
             for part in _parts([value for i, value in wanted if i == index]):
                 marks, values = _bound(part)
                 rows = self._db.execute(
-                    f"SELECT doc_id, simhash, language, seq, stamp, figures, b{index} FROM canonicals"
+                    f"SELECT doc_id, simhash, language, seq, stamp, {self._figures_column}, b{index} FROM canonicals"
                     f" WHERE b{index} IN ({marks})",
                     values,
                 )
@@ -498,7 +505,14 @@ class SqliteStateStore:
         layout = self.band_layout
         marks = ", ".join("?" * len(layout.near(0)))
         where = " OR ".join(f"b{index} IN ({marks})" for index in range(len(layout.tables)))
-        return f"SELECT doc_id, simhash, language, seq, stamp, figures FROM canonicals WHERE ({where}) AND language = ?"
+        columns = f"doc_id, simhash, language, seq, stamp, {self._figures_column}"
+        return f"SELECT {columns} FROM canonicals WHERE ({where}) AND language = ?"
+
+    @property
+    def _figures_column(self) -> str:
+        """What a read selects for a canonical's figures: the column, or NULL while a state folder of the release
+        before has none."""
+        return "figures" if self._figures else "NULL"
 
     def add_canonical(
         self,
