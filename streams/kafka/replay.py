@@ -120,7 +120,9 @@ class _Read:
 
 def _newest(kept: _Read | None, read: _Read) -> _Read:
     """The later of two records of a document. A re-send of the same verdict may lack what the other
-    carries (a vector and its facts, a relink's keys): the later one keeps them."""
+    carries (a vector and its facts, a relink's keys): the later one keeps them. It says the stages of the
+    deploy that sent it again, which claimed nothing for it: the earlier one's say what deciding it claimed
+    (while compaction keeps the earlier record; README, "Stage agents")."""
     if kept is None:
         return read
     newer, older = (read, kept) if kept.order < read.order else (kept, read)
@@ -128,9 +130,13 @@ def _newest(kept: _Read | None, read: _Read) -> _Read:
         return newer
     lacks_vector = newer.recorded.vector is None and older.recorded.vector is not None
     lacks_keys = newer.recorded.keys is None and older.recorded.keys is not None
-    if not (lacks_vector or lacks_keys):
+    other_stages = newer.recorded.stages != older.recorded.stages
+    if not (lacks_vector or lacks_keys or other_stages):
         return newer
     record, other = orjson.loads(newer.value), orjson.loads(older.value)
+    if other_stages:
+        record.pop("stages", None)
+        record.update({"stages": other["stages"]} if "stages" in other else {})
     if lacks_vector:
         record["vector"] = other["vector"]
         if record.get("facts") is None and other.get("facts") is not None:

@@ -185,6 +185,12 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         reason=record.get("reason"),
         published_at=kept_from,
     )
+    stages = stages_named(record["stages"]) if "stages" in record else None
+    vector = _vector(record.get("vector"))
+    if stages is not None and link.stage is not None and link.stage not in stages:
+        raise ValueError(f"stage {link.stage} is not among the stages that ran, {record['stages']!r}")
+    if stages is not None and vector is not None and Stage.SEMANTIC not in stages:
+        raise ValueError(f"a vector, though the semantic stage did not run ({record['stages']!r})")
     return Recorded(
         link=link,
         url_hash=_hex(record, "url_hash", 64),
@@ -192,10 +198,10 @@ def read_link_record(record: dict[str, Any]) -> Recorded:
         simhash=int(_hex(record, "simhash", 16), 16),
         language=_text(record, "language"),
         published_at=published_at,
-        vector=_vector(record.get("vector")),
+        vector=vector,
         keys=_keys(record["keys"]) if "keys" in record else None,
         facts=record.get("facts"),
-        stages=stages_named(record["stages"]) if "stages" in record else None,
+        stages=stages,
         figures=figures_from_hex(record["figures"]) if "figures" in record else 0,
     )
 

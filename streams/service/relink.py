@@ -140,7 +140,8 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
     It is the latest record then; the relink's fields are taken from the relink's record. So is the
     cascade's `reason` (the figure check's, the fact check's, the group cap's): the state keeps none, and a
-    redelivered document's verdict is sent again without it.
+    redelivered document's verdict is sent again without it. And the `stages` of the document's first record
+    of that verdict: a re-sent one says those of the deploy that sent it, which claimed nothing for it.
 
     A record `dedup replay` skips is skipped here too, and logged: the state holds nothing of it, and on a
     compacted topic it stays, so planning from it would refuse every relink for good.
@@ -152,6 +153,7 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     last: dict[str, tuple[Position, dict[str, Any]]] = {}
     relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
     reasoned: dict[str, tuple[Position, dict[str, Any]]] = {}
+    firsts: dict[str, tuple[Position, dict[str, Any]]] = {}
     for message in read_to_end(settings, topic):
         partition, offset = message.partition(), message.offset()
         try:
@@ -166,17 +168,27 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
         for kept, wanted in ((last, True), (relinked, "decided_by" in record), (reasoned, "reason" in record)):
             if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
                 kept[doc_id] = (position, record)
+        if doc_id not in firsts or firsts[doc_id][0].newer_than(position):
+            firsts[doc_id] = (position, record)
     found = {}
     same = ("verdict", "canonical_id", "stage")
     for doc_id, (_, record) in last.items():
         relink = relinked.get(doc_id, (None, None))[1]
-        if "decided_by" not in record and relink is not None and all(record[f] == relink[f] for f in same):
+        if "decided_by" not in record and relink is not None and _same(record, relink, same):
             record = {**record, **{name: relink[name] for name in RELINK_FIELDS if name in relink}}
+        first = firsts[doc_id][1]
+        if "decided_by" not in record and record.get("stages") != first.get("stages") and _same(record, first, same):
+            record = {key: value for key, value in record.items() if key != "stages"}  # a re-sent verdict's deploy
+            record |= {"stages": first["stages"]} if "stages" in first else {}  # claimed nothing: the first did
         said = reasoned.get(doc_id, (None, None))[1]
-        if "reason" not in record and said is not None and all(record[f] == said[f] for f in same):
+        if "reason" not in record and said is not None and _same(record, said, same):
             record = {**record, "reason": said["reason"]}
         found[doc_id] = record
     return found
+
+
+def _same(record: dict[str, Any], other: dict[str, Any], fields: tuple[str, ...]) -> bool:
+    return all(record[name] == other[name] for name in fields)
 
 
 def _write(

@@ -294,10 +294,13 @@ class StageAgent:
         # A redelivered canonical's link is sent again; it must carry its vector again, or
         # compaction would keep a link that replay cannot rebuild the vector from. Its vector
         # is written again too: the first attempt may have died between Redis and the store.
+        # Only by the model that embedded it: a deploy without the semantic stage, or with another
+        # model, sends the link without one (the record before it still carries it).
+        model = str(cascade.model) if self._embedder is not None else None
         again = [
             doc
             for doc, _, decision, vector in decided
-            if vector is None and decision is not None and decision.repeated and _embedded_canonical(decision.link)
+            if vector is None and decision is not None and decision.repeated and _embedded_by(decision.link, model)
         ]
         vectors = self._embed(again)
         if vectors and self._vectors is not None:
@@ -392,6 +395,11 @@ class StageAgent:
 
 def _embedded_canonical(link: Link) -> bool:
     return link.verdict.canonical and link.model is not None
+
+
+def _embedded_by(link: Link, model: str | None) -> bool:
+    """Whether the link is a canonical's that `model` (`name@version`; None: no embedder) embedded."""
+    return _embedded_canonical(link) and link.model == model
 
 
 def _standing(decision: Decision | None, standing: dict[str, Link]) -> Decision | None:
