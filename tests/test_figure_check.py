@@ -27,7 +27,14 @@ from streams.core.model import Document, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.evaluation.corpus import NtrexDocument
 from streams.features.facts import disagreement, text_facts
-from streams.features.figures import figures_batch, figures_conflict, figures_from_hex, figures_hex, text_figures
+from streams.features.figures import (
+    MAX_CHARS,
+    figures_batch,
+    figures_conflict,
+    figures_from_hex,
+    figures_hex,
+    text_figures,
+)
 from streams.features.simhash import hamming
 from streams.features.text import document_text, document_texts, normalize_text
 from streams.records.article import Featurizer, format_timestamp
@@ -137,7 +144,7 @@ def test_only_the_first_figures_of_the_lead_count() -> None:
     lead = "Flood in Sylhet: 12 dead, 40 injured, 3 missing. " + "Rescue teams are searching the area. " * 20
     update = " Update: the toll rose to 15, with 52 injured and 2 still missing, officials said on 7 June."
     assert text_figures(lead) == text_figures(lead + update)
-    far = "x " * 2500 + "4,000"  # past the first 4,000 characters
+    far = "x " * (MAX_CHARS // 2) + "4,000"  # past the first MAX_CHARS characters
     assert text_figures(far) == 0
 
 

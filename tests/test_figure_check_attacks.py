@@ -47,11 +47,11 @@ def test_a_recrawl_whose_date_stamp_moved_is_still_linked(before: str, after: st
     assert (link.verdict, link.canonical_id, link.stage) == (Verdict.DUPLICATE, "page", Stage.SIMHASH), link.reason
 
 
-def test_nothing_past_the_first_4000_characters_is_read() -> None:
+def test_nothing_past_the_first_max_chars_characters_is_read() -> None:
     """Only the first `MAX_CHARS` characters are read (module docstring, README "The figure check"), so two texts
-    whose first 4,000 characters are the same have the same digest. A figure that begins at the 4,000th character
+    whose first MAX_CHARS characters are the same have the same digest. A figure that begins at the last of them
     is read on past it (the digit loop, and the score and clock look-aheads, do not count characters), so texts
-    that differ only after character 4,000 are kept apart."""
+    that differ only past them were kept apart."""
     head = "x" * (MAX_CHARS - 1)
     assert text_figures(head + "12 dead") == text_figures(head + "13 dead")  # "1" either way
     assert text_figures(head[:-2] + " 3-1 win") == text_figures(head[:-2] + " 3-2 win")  # "3-" either way
