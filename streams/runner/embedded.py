@@ -387,7 +387,11 @@ class _Run:
         for index, (doc, line) in enumerate(zip(docs, their_lines, strict=True)):
             # The stream's time as a one-by-one stream has it when this document comes: moved to a later
             # document of the chunk before, it hid canonicals (vectors, bands) this one should still find.
-            self._state.advance(clamped(doc.published_at, wall))
+            # A redelivery (its verdict stands) moves it not: it gets its first verdict and writes no link, so
+            # a replay of the links could not move it either (nor does the service, whose clock follows what
+            # it writes), and a later date on it would expire entries there that a replayed state keeps.
+            if self._state.verdict_of(self._cascade.identify(doc).doc_id) is None:
+                self._state.advance(clamped(doc.published_at, wall))
             known = self._journalled(doc)
             if isinstance(known, Decision):
                 with self._interrupts:
