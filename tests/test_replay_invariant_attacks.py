@@ -10,21 +10,29 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+import redis
 
 from streams.config import Settings
-from streams.core.model import DAY_S, Stage
+from streams.core.cascade import Cascade
+from streams.core.model import DAY_S, Document, Stage
+from streams.evaluation.stack import Stack
+from streams.kafka.replay import replay_links
+from streams.records.article import Featurizer
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
+from streams.stores.redis_store import RedisStateStore
 
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
 TEXT_A = " ".join(f"alpha{i} beta{i % 7} gamma{i % 11}" for i in range(120))
 TEXT_B = " ".join(f"delta{i} epsilon{i % 5} zeta{i % 13}" for i in range(120))
+TEXT_C = " ".join(f"kappa{i} lambda{i % 3} mu{i % 17}" for i in range(120))
 
 Verdicts = list[tuple[str, str, str, str | None, str | None]]
 
@@ -90,3 +98,59 @@ def test_a_redelivery_dated_later_moves_no_clock_the_replay_cannot_move(tmp_path
     live, replayed = _live_and_replayed(tmp_path, Settings(stages=CHEAP), first, [late_copy])
     assert live == replayed
     assert live == [("d", "duplicate", "c", "simhash", None)]
+
+
+# --- the service: dedup.links replayed into a fresh Redis
+
+
+def _decided(settings: Settings, state: RedisStateStore, articles: list[dict[str, Any]]) -> Verdicts:
+    """`articles` decided one by one by the cascade against a Redis state (the workers' core and store)."""
+    cascade, featurizer = Cascade(settings, state), Featurizer(settings)
+    verdicts: Verdicts = []
+    for article in articles:
+        doc = featurizer.parse(orjson.dumps(article), ingest_time=int(time.time()))
+        assert isinstance(doc, Document)
+        link = cascade.decide(doc).link
+        verdicts.append((link.doc_id, link.verdict, link.canonical_id, link.stage, link.reason))
+    return verdicts
+
+
+def test_the_service_replay_keeps_the_keys_a_redelivery_claimed_none_of(make_stack: Callable[[str], Stack]) -> None:
+    """The crawler sends `x` again, same id and content, found at another URL. The worker gives it its first
+    verdict and claims nothing, but sends its link record again with the features of what it received: the
+    other URL's hash, a later date. `dedup replay` kept a document's latest record, so it restored `x` with the
+    URL it never claimed and without the one it did (a later article at `x`'s first URL was a URL duplicate of
+    `x` live and a canonical of its own after the replay), and stamped it, and moved the clock, with a date the
+    live state never saw."""
+    stack = make_stack("url,content,simhash")
+    stack.partitions = 1
+    stack.create_topics()
+    worker = stack.start_worker()
+    when = _rfc(int(time.time()) - 30 * DAY_S)
+    first = [
+        {"id": "c", "url": "https://a.example/c", "title": "t", "body": TEXT_A, "published_at": when},
+        {"id": "x", "url": "https://a.example/x", "title": "t", "body": TEXT_B, "published_at": when},
+    ]
+    stack.produce(orjson.dumps(article) for article in first)
+    stack.final_links({"c", "x"})
+    later = _rfc(int(time.time()) - DAY_S)
+    again = {**first[1], "url": "https://mirror.example/x", "published_at": later}  # from elsewhere, dated later
+    stack.produce([orjson.dumps(again)])
+    stack.read(stack.settings().topics.links, until=3)
+    worker.stop()
+
+    settings = stack.settings()
+    client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
+    stats = replay_links(settings, client, None, prefix=f"{stack.name}-replayed:")
+    assert (stats.documents, stats.bad) == (2, [])
+    live = RedisStateStore(client, f"{stack.name}:", settings.redis_bucket_bits, settings.retention)
+    replayed = RedisStateStore(client, f"{stack.name}-replayed:", settings.redis_bucket_bits, settings.retention)
+    second = [
+        {"id": "y", "url": "https://a.example/x", "title": "t", "body": TEXT_C, "published_at": when},
+        {"id": "d", "url": "https://b.example/d", "title": "t", "body": TEXT_A.replace("alpha5 ", "alphaX ")}
+        | {"published_at": when},
+    ]
+    assert _decided(settings, replayed, second) == _decided(settings, live, second)
+    assert replayed.clock() == live.clock()
+    assert replayed.group_size("x") == live.group_size("x") == 2
+    client.close()

@@ -119,15 +119,20 @@ class _Read:
 
 
 def _newest(kept: _Read | None, read: _Read) -> _Read:
-    """The later of two records of a document. A re-send of the same verdict may lack what the other
-    carries (a vector and its facts, a relink's keys): the later one keeps them. It says the stages of the
-    deploy that sent it again, which claimed nothing for it: the earlier one's say what deciding it claimed
-    (while compaction keeps the earlier record; README, "Stage agents")."""
+    """The later of two records of a document; of a verdict sent again (`_sent_again`), the first record, which
+    says what deciding it claimed (while compaction keeps it; README, "Stage agents"). A re-send without a
+    `seq` may lack what the other carries (a vector and its facts, a relink's keys): the later one keeps
+    them, and the stages of the earlier one."""
     if kept is None:
         return read
     newer, older = (read, kept) if kept.order < read.order else (kept, read)
     if newer.recorded.link != older.recorded.link:
         return newer
+    if _sent_again(newer.recorded.link, older.recorded.link):
+        # A redelivery's record carries the features of what came again (another URL, a later date), which
+        # deciding never claimed: the state holds the first record's keys, stamps, stages and vector, and so
+        # must a replay.
+        return older
     lacks_vector = newer.recorded.vector is None and older.recorded.vector is not None
     lacks_keys = newer.recorded.keys is None and older.recorded.keys is not None
     other_stages = newer.recorded.stages != older.recorded.stages
@@ -144,6 +149,13 @@ def _newest(kept: _Read | None, read: _Read) -> _Read:
     if lacks_keys:
         record["keys"] = other["keys"]
     return _Read(newer.order, orjson.dumps(record), read_link_record(record))
+
+
+def _sent_again(newer: Link, older: Link) -> bool:
+    """Whether `newer` is `older` sent again (a redelivered document given its verdict): the same verdict (the
+    links compare equal), recorded once (the same `seq`), of the same content. A new verdict of the id (its
+    earlier one expired, the id reused) has a `seq` of its own."""
+    return newer.seq is not None and newer.seq == older.seq and newer.content == older.content
 
 
 class LatestLinks:
