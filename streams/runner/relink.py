@@ -161,6 +161,11 @@ def relink_files(
             state.note_journal(journal.position)  # committed as the state closes, with what it owed forgotten
             state.settle_journal()
             return result
+        except BaseException:
+            # Stopped inside its writes (Ctrl-C, a vector store that failed): committing the half made would
+            # have a second run make it again (a group shrunk twice). The state stays at its last commit.
+            state.abandon()
+            raise
         finally:
             journal.close()
             state.close()

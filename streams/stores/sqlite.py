@@ -132,6 +132,7 @@ class SqliteStateStore:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verdicts)")}
         if "content" not in columns:  # a state folder from before versions: its verdicts match any content
             self._db.execute("ALTER TABLE verdicts ADD COLUMN content TEXT")
+        self._abandoned = False
         self._unstamped = False
         """Rows without a stamp exist (a state from before retention): stamped with the clock at `commit`."""
         for table in _FAMILIES:
@@ -355,9 +356,19 @@ class SqliteStateStore:
         self._settled = True
 
     def close(self) -> None:
+        if self._abandoned:
+            return
         self.commit()
         self._db.execute("COMMIT")
         self._db.close()
+
+    def abandon(self) -> None:
+        """Close without committing what was written since the last commit (rolled back; `close` after it does
+        nothing): a command stopped half-way through its writes leaves the state at its last commit, which
+        running the command again completes, instead of a half it would make a second time."""
+        if not self._abandoned:
+            self._abandoned = True
+            self._db.close()
 
     def warm(self, reads: Reads) -> None:
         """Read what deciding a chunk will read, in a few statements instead of several per document:
