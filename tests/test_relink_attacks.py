@@ -9,13 +9,20 @@ state); the SimHash cases on a cheap-stage world of real texts (the figure check
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from streams.config import Settings
+from streams.core.cascade import Cascade
+from streams.core.model import DAY_S, Document, Link, Verdict
+from streams.core.ports import StateStore
 from streams.core.relink import Label
+from streams.records.article import Featurizer, format_timestamp
 from streams.vectors.edge import EdgeVectorStore
-from tests.test_relink import VECTORS, ToyEmbedder, World, _settings, assert_stars, dump
+from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
+from tests.test_relink import VECTORS, ToyEmbedder, World, _body, _commit, _settings, assert_stars, dump
 
 
 @pytest.fixture
@@ -56,3 +63,41 @@ def test_a_relink_interrupted_inside_its_state_writes_is_completed_by_running_it
     world.relink(decisions=[_label("A", "B", False)])
     assert_stars(world.state)
     assert dump(world.state) == expected
+
+
+# ---------------------------------------------------------------- an id reused once its verdict expired
+
+
+def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candidate_any_more(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """C is a canonical; its verdict expires (`verdicts_days`, 7) while its band entries stay (`bands_days`,
+    30). The crawler then reuses the id C for a copy of another story Z: C is decided afresh, a duplicate of Z.
+    A near-duplicate of C's first text found C's old band entry and was linked to it: a duplicate of a
+    duplicate, a chain. It becomes a canonical of its own (nothing else is near it)."""
+    store = new_state()
+    settings = Settings(stages=CHEAP)
+    cascade, featurizer = Cascade(settings, store), Featurizer(settings)
+    market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
+    other = ("Another story", _body(7, 99, 200))
+
+    def decide(doc_id: str, text: tuple[str, str], at: int, extra: str = "") -> Link:
+        article = {"id": doc_id, "url": f"https://x.example.com/{doc_id}/{at}", "title": text[0],
+                   "body": text[1] + extra, "published_at": format_timestamp(at)}  # fmt: skip
+        doc = featurizer.featurize(article, b"", ingest_time=at)
+        assert isinstance(doc, Document)
+        store.advance(at)
+        link = cascade.decide(doc).link
+        _commit(store)
+        return link
+
+    assert decide("C", market, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    assert decide("Z", other, later).verdict is Verdict.UNIQUE
+    assert store.verdict_of("C") is None  # expired: the id is free again
+    reused = decide("C", other, later)
+    assert (reused.verdict, reused.canonical_id) == (Verdict.DUPLICATE, "Z")
+    near = decide("M", market, later, " More later.")
+    held = store.verdict_of(near.canonical_id)
+    assert held is not None and held.verdict.canonical, f"M is linked to {near.canonical_id}: {held}"
+    assert (near.verdict, near.canonical_id) == (Verdict.UNIQUE, "M")

@@ -356,6 +356,7 @@ class Cascade:
         the document goes to review against the nearest, or stays apart (`simhash.figure_check`)."""
         candidates = self._state.band_candidates(doc.language, self._bands(doc.simhash))
         threshold = self._settings.simhash.threshold(doc.language)
+        candidates = self._still_canonical(doc.simhash, candidates, threshold)
         found = nearest_canonical(doc.simhash, candidates, threshold)
         if found is None:
             return None
@@ -369,6 +370,26 @@ class Cascade:
             canonical, distance = found
         verdict, why = self._near(canonical.doc_id)
         return Link(doc.doc_id, verdict, canonical.doc_id, Stage.SIMHASH, distance, reason=why)
+
+    def _still_canonical(self, simhash: int, candidates: list[Canonical], threshold: int) -> list[Canonical]:
+        """The candidates within `threshold`, less those whose id has been given another verdict since their band
+        entries were written: a canonical's verdict expires (`verdicts_days`) before its band entries
+        (`bands_days`), and a crawler that then reuses the id for a copy of another story gets it linked there.
+        Linked to its old band entry, a near-duplicate would be a duplicate of a duplicate (a chain).
+
+        Only a candidate whose entry is older than `verdicts_days` can have a verdict given afresh (a verdict ages
+        from no earlier than its document's date), so only those are read: in a stream, rarely one."""
+        clock = self._state.clock()
+        kept = []
+        for candidate in candidates:
+            if hamming(simhash, candidate.simhash) > threshold:
+                continue
+            if expired(candidate.published_at, clock, self._verdicts_s):
+                held = self._state.verdict_of(candidate.doc_id)
+                if held is not None and not held.verdict.canonical:
+                    continue
+            kept.append(candidate)
+        return kept
 
     def _figures_differ(self, doc: Document, canonical: Canonical) -> str | None:
         """How the figures of a document and a near-duplicate canonical conflict, or None (no conflict, a
