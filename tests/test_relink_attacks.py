@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,9 @@ from streams.core.model import DAY_S, Document, Link, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.core.relink import Label
 from streams.records.article import Featurizer, format_timestamp
+from streams.runner.relink import RelinkResult, relink_files
+from streams.runner.replay import replay_files
+from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
 from tests.test_relink import VECTORS, ToyEmbedder, World, _body, _commit, _settings, assert_stars, dump
@@ -133,3 +137,70 @@ def test_a_canonical_id_reused_for_a_new_story_is_found_by_its_new_text(new_stat
     assert (reused.verdict, reused.canonical_id) == (Verdict.UNIQUE, "C")
     near = decide("N", other, later, " More later.")
     assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "C", Stage.SIMHASH)
+
+
+# ---------------------------------------------------------------- a world of cheap stages: SimHash and the figure check
+
+URLS = "https://x.example.com/"
+
+
+def _report(doc_id: str, day: int, extra: str = "", url: str | None = None, when: str = "2025-12-06") -> dict:
+    """A market report (tests/test_figure_check.py): day 0 and its edits are near-duplicates of one another, day 1
+    states other figures in the same words (the figure check)."""
+    figures = DAYS[day]
+    return {
+        "id": doc_id,
+        "url": url or URLS + doc_id,
+        "title": MARKET_EN[0].format(**figures),
+        "body": MARKET_EN[1].format(**figures) + extra,
+        "language": "en",
+        "published_at": f"{when}T08:00:00Z",
+    }
+
+
+def _cheap_day(late: bool = False) -> list[dict]:
+    return [
+        _report("K", 0),
+        _report("K-u", 0, " Updated.", url=URLS + "K?utm_source=a"),
+        _report("E1", 0, " More later.", when="2025-11-01" if late else "2025-12-06"),  # 1 bit from K
+        _report("E1-c", 0, " More later.", url="https://y.example.com/E1"),  # E1's text
+        _report("D1", 1),  # the next day's figures: kept apart, or under review
+        _report("D1-c", 1, url="https://y.example.com/D1"),
+    ]
+
+
+class CheapWorld(World):
+    """The toy World's runner and relink on the cheap stages; articles for relink from the input itself."""
+
+    def relink(self, out: str = "relinked", **kwargs: Any) -> RelinkResult:
+        return relink_files(self.state, self.folder / out, articles=[self.folder / "out.jsonl"], **kwargs)
+
+
+def cheap_world(folder: Path, figure_check: str = "apart", late: bool = False) -> CheapWorld:
+    settings = Settings(stages=CHEAP, simhash={"figure_check": figure_check})
+    world = CheapWorld(folder, folder / "out", folder / "out" / "state", settings, ToyEmbedder({}))
+    world.run(_cheap_day(late), "out")
+    return world
+
+
+def test_a_late_crawl_unlinked_by_a_person_keeps_its_verdict_and_can_be_linked_back(tmp_path: Path) -> None:
+    """E1 was published 35 days before the stream's clock (a late crawl of an archive page) and decided now: its
+    verdict ages from the clock (`clock` in its record), as README's Retention says. Unlinked by a person, its
+    new verdict aged from its own date instead: expired at once, so the state forgot the person's decision (a
+    redelivery would be decided afresh) and linking it back was refused as expired."""
+    world = cheap_world(tmp_path, late=True)
+    assert world.latest("out")["E1"]["verdict"] == "duplicate" and "clock" in world.latest("out")["E1"]
+    first = dump(world.state)
+    world.relink(decisions=[_label("E1", "K", False)])
+    assert dump(world.state)["verdicts"]["E1"][:2] == ("unlinked", "E1")
+    state = SqliteStateStore(world.state / "state.sqlite3", retention=world.settings.retention)
+    try:
+        assert state.verdict_of("E1") is not None, "the unlinked verdict expired as it was made"
+    finally:
+        state.close()
+    back = world.relink(decisions=[_label("E1", "K", True)])
+    assert not back.plan.refused, back.plan.refused
+    assert dump(world.state) == first
+    rebuilt = tmp_path / "rebuilt"
+    replay_files([str(tmp_path / "out" / "links.jsonl"), str(tmp_path / "relinked" / "links.jsonl")], rebuilt)
+    assert dump(rebuilt) == first

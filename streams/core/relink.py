@@ -611,7 +611,7 @@ def recorded(change: Change) -> Recorded:
     record = change.record
     published_at = _published(record["published_at"])
     return Recorded(
-        link=replace(change.link, published_at=published_at),
+        link=replace(change.link, published_at=_kept_from(record, published_at)),
         url_hash=record["url_hash"],
         content_hash=record["content_hash"],
         simhash=int(record["simhash"], 16),
@@ -623,6 +623,14 @@ def recorded(change: Change) -> Recorded:
         stages=stages_named(record["stages"]) if "stages" in record else None,
         figures=figures_from_hex(record["figures"]) if "figures" in record else 0,
     )
+
+
+def _kept_from(record: dict[str, Any], published_at: int) -> int:
+    """What the new verdict ages by: as the document's verdicts before it, the later of its `published_at` and the
+    clock its first verdict was recorded at (`clock`, a late crawl's). Aged from its date alone, a late crawl's
+    relinked verdict expired as it was made: the state forgot the person's decision, and it could not be undone."""
+    clock = record.get("clock")
+    return max(published_at, _published(clock)) if isinstance(clock, str) else published_at
 
 
 def _published(value: str) -> int:
@@ -707,7 +715,8 @@ def change_record(change: Change, linked_at: str, seq: int | None = None) -> dic
         **{name: change.record[name] for name in ("url_hash", "content_hash", "simhash", "language", "published_at")},
         **_relink_fields(change),
     }
-    for carried in ("version_of", "stages", "figures"):  # the document's own: which crawl, what it claimed, its figures
+    # The document's own: which crawl, what it claimed, its figures, the clock its verdicts age from (a late crawl).
+    for carried in ("version_of", "stages", "figures", "clock"):
         if carried in change.record:
             record[carried] = change.record[carried]
     if seq is not None:
