@@ -177,6 +177,7 @@ class CheapWorld(World):
 
 
 def cheap_world(folder: Path, figure_check: str = "apart", late: bool = False) -> CheapWorld:
+    folder.mkdir(parents=True, exist_ok=True)
     settings = Settings(stages=CHEAP, simhash={"figure_check": figure_check})
     world = CheapWorld(folder, folder / "out", folder / "out" / "state", settings, ToyEmbedder({}))
     world.run(_cheap_day(late), "out")
@@ -204,3 +205,40 @@ def test_a_late_crawl_unlinked_by_a_person_keeps_its_verdict_and_can_be_linked_b
     rebuilt = tmp_path / "rebuilt"
     replay_files([str(tmp_path / "out" / "links.jsonl"), str(tmp_path / "relinked" / "links.jsonl")], rebuilt)
     assert dump(rebuilt) == first
+
+
+@pytest.mark.parametrize("figure_check", ["apart", "review"])
+def test_an_unlink_and_its_inverse_leave_later_documents_the_verdicts_of_a_state_that_never_saw_them(
+    tmp_path: Path, figure_check: str
+) -> None:
+    """E1 (a SimHash duplicate of K) unlinked and linked back: the state is the first one key for key, and later
+    documents (an edit near both, the figure check's next-day report and its copy) get the verdicts they get in
+    a state that never saw the two relinks. A figure-check review (D1, with its content copy) decided `n` then
+    `y` keeps stars, and a replay of every record rebuilds it."""
+    never = cheap_world(tmp_path / "never", figure_check)
+    world = cheap_world(tmp_path / "relinked", figure_check)
+    assert world.relink("r1", decisions=[_label("E1", "K", False)]).plan.changes
+    assert world.relink("r2", decisions=[_label("E1", "K", True)]).plan.changes
+    assert dump(world.state) == dump(never.state)
+    later = [
+        _report("E3", 0, " More later, with a chart."),
+        _report("D1-s", 1, url="https://z.example.com/D1"),
+        _report("D1-e", 1, " More later."),
+    ]
+    for each in (never, world):
+        each.run(later, "later")
+    fields = ("verdict", "canonical_id", "stage", "score")
+    assert [[r[f] for f in fields] for r in world.links("later")] == [
+        [r[f] for f in fields] for r in never.links("later")
+    ]
+    assert dump(world.state) == dump(never.state)
+    if figure_check == "review":
+        assert world.latest("out")["D1"]["verdict"] == "review"
+        world.relink("r3", decisions=[_label("D1", "K", False)])
+        world.relink("r4", decisions=[_label("D1", "K", True)])
+        latest = world.latest("out", "r1", "r2", "later", "r3", "r4")
+        assert (latest["D1-c"]["verdict"], latest["D1-c"]["canonical_id"]) == ("duplicate", "K")
+    assert_stars(world.state)
+    outs = [o for o in ("out", "r1", "r2", "later", "r3", "r4") if (world.folder / o / "links.jsonl").exists()]
+    replay_files([str(world.folder / o / "links.jsonl") for o in outs], tmp_path / "rebuilt")
+    assert dump(tmp_path / "rebuilt") == dump(world.state)
