@@ -119,20 +119,20 @@ class _Read:
 
 
 def _newest(kept: _Read | None, read: _Read) -> _Read:
-    """The later of two records of a document; of a verdict sent again (`_sent_again`), the first record, which
+    """The later of two records of a document; of a verdict sent again (`sent_again`), the first record, which
     says what deciding it claimed (while compaction keeps it; README, "Stage agents"). A re-send without a
     `seq` may lack what the other carries (a vector and its facts, a relink's keys): the later one keeps
     them, and the stages of the earlier one."""
     if kept is None:
         return read
     newer, older = (read, kept) if kept.order < read.order else (kept, read)
-    if newer.recorded.link != older.recorded.link:
-        return newer
-    if _sent_again(newer.recorded.link, older.recorded.link):
+    if sent_again(newer.recorded.link, older.recorded.link):
         # A redelivery's record carries the features of what came again (another URL, a later date), which
         # deciding never claimed: the state holds the first record's keys, stamps, stages and vector, and so
         # must a replay.
         return older
+    if newer.recorded.link != older.recorded.link:
+        return newer
     lacks_vector = newer.recorded.vector is None and older.recorded.vector is not None
     lacks_keys = newer.recorded.keys is None and older.recorded.keys is not None
     other_stages = newer.recorded.stages != older.recorded.stages
@@ -151,11 +151,14 @@ def _newest(kept: _Read | None, read: _Read) -> _Read:
     return _Read(newer.order, orjson.dumps(record), read_link_record(record))
 
 
-def _sent_again(newer: Link, older: Link) -> bool:
-    """Whether `newer` is `older` sent again (a redelivered document given its verdict): the same verdict (the
-    links compare equal), recorded once (the same `seq`), of the same content. A new verdict of the id (its
-    earlier one expired, the id reused) has a `seq` of its own."""
-    return newer.seq is not None and newer.seq == older.seq and newer.content == older.content
+def sent_again(newer: Link, older: Link) -> bool:
+    """Whether `newer`, a later record of a document, is `older` sent again (a redelivered document given its
+    verdict): the same verdict (the links compare equal), recorded once (the same `seq`), of the same content.
+    Then `older` stands: it says what deciding claimed (its URL, its date), `newer` what came again. Every
+    reader of a document's verdict on `dedup.links` keeps it by this rule (the replay's `_newest`, the
+    relink's `streams.service.relink.latest_links`, the report). A new verdict of the id (its earlier one
+    expired, the id reused) has a `seq` of its own."""
+    return newer == older and newer.seq is not None and newer.seq == older.seq and newer.content == older.content
 
 
 class LatestLinks:

@@ -133,8 +133,10 @@ RELINK_FIELDS = ("decided_by", "reason", "previous", "keys")
 
 
 def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The latest record of every document on the links topic, as `streams.kafka.journal.latest` picks it,
-    with what its latest relink said.
+    """The latest record of every document on the links topic, with what its latest relink said; of a verdict
+    sent again (`streams.kafka.replay.sent_again`: a redelivered document, found at another URL or dated
+    later), the first record, as `dedup replay` keeps it: it says what deciding claimed (its URL key, its
+    date), which the plan moves and stamps, and which the relink's record carries for replay.
 
     A worker that meets a relinked document again (a crawler sent it again) re-sends its verdict as a
     plain record: the same verdict and `seq`, without `decided_by`, `reason`, `previous` and `keys`.
@@ -147,10 +149,12 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
     compacted topic it stays, so planning from it would refuse every relink for good.
     """
     from streams.kafka.journal import Position, read_to_end
-    from streams.kafka.replay import UNREADABLE, read_link
+    from streams.kafka.replay import UNREADABLE, read_link, sent_again
 
     topic = settings.topics.links
     last: dict[str, tuple[Position, dict[str, Any]]] = {}
+    links: dict[str, Link] = {}
+    """The link of each document's record in `last`."""
     relinked: dict[str, tuple[Position, dict[str, Any]]] = {}
     reasoned: dict[str, tuple[Position, dict[str, Any]]] = {}
     firsts: dict[str, tuple[Position, dict[str, Any]]] = {}
@@ -165,7 +169,10 @@ def latest_links(settings: Settings) -> dict[str, dict[str, Any]]:
             continue
         doc_id = recorded.link.doc_id
         position = Position(partition, offset, recorded.link.seq)
-        for kept, wanted in ((last, True), (relinked, "decided_by" in record), (reasoned, "reason" in record)):
+        later = doc_id not in last or position.newer_than(last[doc_id][0])
+        if later and not (doc_id in links and sent_again(recorded.link, links[doc_id])):
+            last[doc_id], links[doc_id] = (position, record), recorded.link
+        for kept, wanted in ((relinked, "decided_by" in record), (reasoned, "reason" in record)):
             if wanted and (doc_id not in kept or position.newer_than(kept[doc_id][0])):
                 kept[doc_id] = (position, record)
         if doc_id not in firsts or firsts[doc_id][0].newer_than(position):
