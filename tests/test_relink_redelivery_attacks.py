@@ -26,7 +26,8 @@ from streams.core.model import DAY_S
 from streams.core.relink import Label
 from streams.evaluation.stack import Stack
 from streams.kafka.journal import read_to_end
-from streams.service.relink import relink_service
+from streams.reporting.verdicts import read_topic
+from streams.service.relink import latest_links, relink_service
 from streams.stores.redis_store import RedisStateStore
 
 TEXT_A = " ".join(f"alpha{i} beta{i % 7} gamma{i % 11}" for i in range(120))
@@ -139,3 +140,34 @@ def test_a_relink_plans_a_redelivered_document_from_what_deciding_it_claimed(
     _wipe_and_replay(stack)
     assert _redis(stack) == live
 
+
+def test_the_report_and_the_review_read_a_relinked_redelivered_document_as_the_relink_left_it(
+    make_stack: Callable[[str], Stack],
+) -> None:
+    """A person keeps `z` apart; the crawler sends `z` again. The worker re-sends `z`'s verdict as a plain
+    record (no `decided_by`), with the mirror's features and a new `linked_at`. The report took that re-send
+    for `z`'s verdict: a verdict of the cascade, given the day it was sent again."""
+    stack, first = _redelivered(make_stack)
+    settings = stack.settings()
+    relink_service(settings, decisions=[Label("z", "c", False)])
+    relink = _records(stack)[5]
+    assert (relink["doc_id"], relink["decided_by"]) == ("z", "person")
+    worker = stack.start_worker(instance=stack.workers[0].instance)
+    body = TEXT_A.replace("alpha9 ", "alphaZ ")
+    again = {"id": "z", "url": "https://other.example/z", "title": "t", "body": body}
+    stack.produce([orjson.dumps(again | {"published_at": first["z"]["published_at"]})])
+    deadline = time.monotonic() + 120
+    while len(records := _records(stack)) < 7:
+        assert time.monotonic() < deadline, "the redelivered document got no verdict"
+        time.sleep(0.5)
+    resent = records[6]
+    worker.stop()
+    assert (resent["doc_id"], resent["seq"], resent.get("decided_by")) == ("z", relink["seq"], None)
+
+    decision = read_topic(settings).decisions["z"]
+    assert (decision.verdict, decision.decided_by) == ("unlinked", "person")
+    assert decision.linked_at == datetime.fromisoformat(relink["linked_at"])
+    planned = latest_links(settings)["z"]
+    assert {k: planned[k] for k in ("decided_by", "url_hash", "linked_at")} == {
+        k: relink[k] for k in ("decided_by", "url_hash", "linked_at")
+    }

@@ -204,18 +204,25 @@ def _read(
         yield message
 
 
-def latest(settings: Settings, topic: str, fold: Callable[[dict[str, Any]], Any] | None = None) -> Latest:
+Again = Callable[[Any, Any], bool]
+"""Whether a later record of a key (as `fold` made it) is the one kept sent again: then the kept one stands."""
+
+
+def latest(
+    settings: Settings, topic: str, fold: Callable[[dict[str, Any]], Any] | None = None, again: Again | None = None
+) -> Latest:
     """Read `topic` from its beginning to its current end; keep the latest JSON record per key, or with `fold`
     what `fold` makes of it, made as it is read: a reader that needs a little of each record (the report, a
     decision) never holds the records themselves, whose vectors took 34 KB an embedded canonical (34 GB for a
-    million).
+    million). With `again`, a later record that is the kept one sent again leaves the kept one (a verdict's
+    first record, not a redelivery's: `streams.kafka.replay.sent_again`).
 
     RuntimeError in one line when the broker cannot be reached or the topic does not exist.
     """
     result = Latest()
     for message in read_to_end(settings, topic):
         result.read += 1
-        _keep(result, topic, message.partition(), message.offset(), message.key(), message.value(), fold)
+        _keep(result, topic, message.partition(), message.offset(), message.key(), message.value(), fold, again)
     return result
 
 
@@ -227,8 +234,10 @@ def _keep(
     key: bytes | None,
     value: bytes | None,
     fold: Callable[[dict[str, Any]], Any] | None = None,
+    again: Again | None = None,
 ) -> None:
-    """Fold one record into `result`: it replaces its key's record if it is newer."""
+    """Fold one record into `result`: it replaces its key's record if it is newer, unless it is that record
+    sent `again`."""
     where = f"{topic}[{partition}]@{offset}"
     try:
         if not key:
@@ -244,9 +253,13 @@ def _keep(
     kept = result.positions.get(name)
     if kept is not None and not position.newer_than(kept):
         return
-    result.records.pop(name, None)  # the latest write goes last
     if record is None:
+        result.records.pop(name, None)
         result.positions[name] = position  # a tombstone: the key is gone, unless a newer record comes
         return
-    result.records[name] = record if fold is None else fold(record)
+    value = record if fold is None else fold(record)
+    if again is not None and name in result.records and again(value, result.records[name]):
+        return
+    result.records.pop(name, None)  # the latest write goes last
+    result.records[name] = value
     result.positions[name] = position

@@ -21,7 +21,9 @@ from typing import Any
 import orjson
 
 from streams.config import Settings
+from streams.core.model import Link
 from streams.records.article import CONTROL
+from streams.records.output import read_link_record
 
 STAGES = ("url", "content", "simhash", "semantic")
 NO_STAGE = "none"
@@ -146,20 +148,39 @@ def read_topic(settings: Settings) -> FinalVerdicts:
     from streams.kafka.journal import latest
 
     topic = settings.topics.links
-    journal = latest(settings, topic, _decision_or_why)
+    journal = latest(settings, topic, _decision_or_why, _sent_again)
     final = FinalVerdicts(source=topic, records=journal.read, bad=list(journal.bad))
-    for key, decision in journal.records.items():
-        if isinstance(decision, ValueError):
+    for key, said in journal.records.items():
+        if isinstance(said, ValueError):
             position = journal.positions[key]
-            final.bad.append(f"{topic}[{position.partition}]@{position.offset}: {decision}")
+            final.bad.append(f"{topic}[{position.partition}]@{position.offset}: {said}")
             continue
-        final.decide(decision)
+        final.decide(said[0])
     return final
 
 
-def _decision_or_why(record: dict[str, Any]) -> Decision | ValueError:
-    """What the report keeps of a link record as it reads the topic: its decision, or why it has none."""
+def _decision_or_why(record: dict[str, Any]) -> tuple[Decision, Link | None] | ValueError:
+    """What the report keeps of a link record as it reads the topic: its decision and its link as the replay
+    reads it (None where the replay skips it), or why it has no decision."""
+    from streams.kafka.replay import UNREADABLE
+
     try:
-        return parse_decision(record)
+        decision = parse_decision(record)
     except ValueError as exc:
         return exc
+    try:
+        link = read_link_record({name: value for name, value in record.items() if name != "vector"}).link
+    except UNREADABLE:
+        link = None
+    return decision, link
+
+
+def _sent_again(later: Any, kept: Any) -> bool:
+    """Whether a document's later record is its kept one sent again (`streams.kafka.replay.sent_again`): a
+    redelivered document's verdict, which the worker sends again without the relink's `decided_by` and with
+    the time it was sent again; the record that gave the verdict counts, as the replay and the relink keep it."""
+    from streams.kafka.replay import sent_again
+
+    if isinstance(later, ValueError) or isinstance(kept, ValueError) or None in (later[1], kept[1]):
+        return False
+    return sent_again(later[1], kept[1])
