@@ -31,6 +31,10 @@ canonical" in a way that deletes data or makes a chain:
   group, stamped with its latest member, lives `exact_days`) it was a canonical and
   stays one: linked to another, its members' links would be chains. Its own exact
   keys lead a redelivery back to itself too.
+- An id the crawler reuses once its verdict expired is decided afresh under that id. Where that makes it a
+  duplicate, the band entries and exact keys of its first text still name it: they are passed over
+  (`_still_canonical`, `_reused`), never followed to the other story it copies now, and a document that claims
+  such a key takes it over (`claim_keys`; a replay claims alike).
 - A vector neighbour older than `vectors_hours` is never searched for (the
   window starts at the horizon), even before the sweep removes it.
 
@@ -119,6 +123,27 @@ def key_stamp(verdict: Verdict, published_at: int, retention: RetentionSettings 
         return published_at
     exact, verdicts = keep_seconds(retention.exact_days), keep_seconds(retention.verdicts_days)
     return published_at - (exact - verdicts) if exact > verdicts > 0 else published_at
+
+
+def claim_keys(state: StateStore, keys: list[str], holder: str, stamp: int) -> dict[str, str]:
+    """`state.exact_claim`, but a key whose holder is a duplicate now is taken over (re-pointed at `holder`, stamped
+    `stamp`): such a holder's id was reused for a copy of another story once its verdict expired (`_reused`), or a
+    person linked it back after a stopped batch claimed the key for it. Either way the key is no longer its
+    document's: a document's keys point at its canonical (under review, at itself). The cascade and a replay claim
+    alike, so a replay rebuilds what the live state did. Returns each key's holder afterwards.
+
+    A holder's verdict is read only where the claim found another holder (rare), and the lookup read it already."""
+    holders = state.exact_claim(keys, holder, stamp)
+    for key, current in holders.items():
+        if current != holder:
+            held = state.verdict_of(current)
+            if (
+                held is not None
+                and held.verdict is Verdict.DUPLICATE
+                and state.exact_replace(key, current, holder, stamp)
+            ):
+                holders[key] = holder
+    return holders
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,10 +338,10 @@ class Cascade:
         found = self._state.exact_lookup(list(keys.values())) if keys else {}
         for stage, key in keys.items():
             holder = found.get(key)
-            if holder is not None:
+            if holder is not None and (link := self._exact_link(doc, stage, holder)) is not None:
                 if timed:
                     self.seconds[Stage.URL] += perf_counter() - started
-                return self._exact_link(doc, stage, holder)
+                return link
         if timed:
             self.seconds[Stage.URL] += perf_counter() - started
         if self._runs_simhash(through):
@@ -330,8 +355,9 @@ class Cascade:
     def _runs_simhash(self, through: Stage) -> bool:
         return Stage.SIMHASH in self._stages and through in (Stage.SIMHASH, Stage.SEMANTIC)
 
-    def _exact_link(self, doc: Document, stage: Stage, holder: str) -> Link:
-        """Link to the holder of an exact key: a canonical, or a document under review.
+    def _exact_link(self, doc: Document, stage: Stage, holder: str) -> Link | None:
+        """Link to the holder of an exact key: a canonical, or a document under review; None where the holder's
+        id now names another document (`_reused`): the key is passed over, as if expired.
 
         A document under review holds its own keys until a person decides; its exact
         copies share its verdict: review, against the same suspected canonical. A holder
@@ -346,9 +372,24 @@ class Cascade:
             if held is not None and held.verdict is Verdict.REVIEW:
                 return Link(doc.doc_id, Verdict.REVIEW, held.canonical_id, stage)
             if held is not None and held.verdict is Verdict.DUPLICATE:
+                if self._reused(doc, holder):
+                    return None
                 why = f"its {stage} key leads to {holder}, linked to {held.canonical_id} since"
                 return Link(doc.doc_id, Verdict.DUPLICATE, held.canonical_id, stage, reason=why)
         return Link(doc.doc_id, Verdict.DUPLICATE, holder, stage)
+
+    def _reused(self, doc: Document, holder: str) -> bool:
+        """Whether a key holder that is a duplicate now got that verdict as another document: its id was a canonical
+        whose verdict expired (`verdicts_days`) before its exact keys (`exact_days`), and the crawler reused it for
+        a copy of another story, decided afresh. Its keys name a text it no longer is: followed to its canonical, a
+        copy of its first text was linked to that other story (stage 1 or 2 merging two articles).
+
+        The one other way a key names a duplicate is a batch stopped after its claims, whose canonical a person
+        linked back before the redelivery (the relink re-points a canonical's own keys, not such claims): that
+        document's pending link names the holder, and the key leads on to the holder's canonical. Read only for
+        a holder that is a duplicate: rare."""
+        pending = self._state.pending_of(doc.doc_id)
+        return pending is None or pending.canonical_id != holder
 
     def _simhash(self, doc: Document) -> Link | None:
         """Link to the nearest canonical within the language's threshold whose figures agree with the document's
@@ -521,7 +562,7 @@ class Cascade:
         duplicate = link.verdict is Verdict.DUPLICATE
         if keys:
             stamp = key_stamp(link.verdict, doc.published_at, self._settings.retention)
-            self._state.exact_claim(keys, link.canonical_id if duplicate else doc.doc_id, stamp)
+            claim_keys(self._state, keys, link.canonical_id if duplicate else doc.doc_id, stamp)
         return self._state.grow_group(link.canonical_id, doc.published_at) if duplicate else None
 
     def _register(self, doc: Document, vector: np.ndarray | None, kept: bool = False) -> tuple[Link, int | None]:
@@ -534,7 +575,7 @@ class Cascade:
         claimed after its own expired stays with that one.
         """
         keys = self._exact_keys(doc)
-        holders = self._state.exact_claim(list(keys.values()), doc.doc_id, doc.published_at) if keys else {}
+        holders = claim_keys(self._state, list(keys.values()), doc.doc_id, doc.published_at) if keys else {}
         for stage, key in keys.items():
             holder = holders[key]
             if holder != doc.doc_id and not kept:

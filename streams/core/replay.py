@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from streams.config import RetentionSettings
-from streams.core.cascade import CONTENT_KEY, URL_KEY, key_stamp
+from streams.core.cascade import CONTENT_KEY, URL_KEY, claim_keys, key_stamp
 from streams.core.model import Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore, VectorStore
 
@@ -118,7 +118,7 @@ def restore(
     own = [key for stage, key in keys.items() if stage not in named and recorded.claims(stage)]
     if old is None:
         if own:
-            state.exact_claim(own, holder, stamp)
+            claim_keys(state, own, holder, stamp)  # as the cascade claims: a key held by a duplicate is taken over
     else:
         _leave(old, recorded, state, vectors)
         if Verdict.REVIEW in (old.verdict, link.verdict):

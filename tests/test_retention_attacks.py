@@ -1,0 +1,147 @@
+"""Retention attacked at its boundaries: the key families expire at different ages (verdicts after 7 days, band
+entries 30, exact keys and group sizes a year, vectors 72 hours), so at every boundary one family still holds an
+id whose other families are gone. Each test failed on the code before its fix, on every store it names (SQLite,
+Redis written one call at a time, and Redis through a never-flushed `BatchedState` batch).
+
+Real texts (the figure check's market reports and random word bodies), real stores, the real cascade.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams.config import Settings
+from streams.core.cascade import CONTENT_KEY, Cascade
+from streams.core.model import DAY_S, Document, Link, Stage, Verdict
+from streams.core.ports import StateStore
+from streams.records.article import Featurizer, format_timestamp
+from streams.runner.embedded import RunPaths, run
+from streams.runner.replay import replay_files
+from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
+from tests.test_relink import _body, _commit
+
+MARKET = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
+OTHER = ("Another story", _body(7, 99, 200))
+
+
+class Stream:
+    """Documents decided one at a time on one store, the clock advanced to each, committed after each."""
+
+    def __init__(self, store: StateStore, settings: Settings | None = None) -> None:
+        self.store = store
+        self.settings = settings or Settings(stages=CHEAP)
+        self.cascade = Cascade(self.settings, store)
+        self.featurizer = Featurizer(self.settings)
+        self.docs: dict[str, Document] = {}
+
+    def doc(self, doc_id: str, text: tuple[str, str], at: int, extra: str = "", url: str | None = None) -> Document:
+        article = {"id": doc_id, "url": url or f"https://x.example.com/{doc_id}/{at}", "title": text[0],
+                   "body": text[1] + extra, "published_at": format_timestamp(at)}  # fmt: skip
+        doc = self.featurizer.featurize(article, b"", ingest_time=at)
+        assert isinstance(doc, Document)
+        return doc
+
+    def decide(self, doc_id: str, text: tuple[str, str], at: int, extra: str = "", url: str | None = None) -> Link:
+        doc = self.doc(doc_id, text, at, extra, url)
+        self.docs[doc_id] = doc
+        self.store.advance(at)
+        link = self.cascade.decide(doc).link
+        _commit(self.store)
+        return link
+
+
+def _linked_to_a_canonical(store: StateStore, link: Link) -> None:
+    held = store.verdict_of(link.canonical_id)
+    assert held is not None and held.verdict.canonical, f"{link.doc_id} is linked to {link.canonical_id}: {held}"
+
+
+# ---------------------------------------------------------------- exact keys of an id reused once its verdict expired
+
+
+def test_an_exact_copy_of_a_canonical_whose_id_was_reused_for_another_story_is_no_copy_of_that_story(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """C is a canonical (a market report) without members. Its verdict expires (7 days) while its exact keys live a
+    year; the crawler then reuses the id C for a copy of another story Z, and C is decided afresh: a duplicate of Z.
+    A syndicated copy M of C's first text found its content key, still held by C, and was linked to Z (\"its content
+    key leads to C, linked to Z since\"): stage 2 merged a market report with another story. The same went for a
+    re-crawl of C's first URL. C's old keys name a document that is no longer their text: M becomes a canonical of
+    its own, takes the content key over, and the re-crawl is M's duplicate."""
+    stream = Stream(new_state())
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    assert stream.decide("Z", OTHER, later).verdict is Verdict.UNIQUE
+    assert stream.store.verdict_of("C") is None  # expired: the id is free again
+    reused = stream.decide("C", OTHER, later)
+    assert (reused.verdict, reused.canonical_id) == (Verdict.DUPLICATE, "Z")
+
+    copy = stream.decide("M", MARKET, later)
+    assert copy.canonical_id != "Z", f"a copy of the market report is linked to another story: {copy}"
+    assert (copy.verdict, copy.canonical_id) == (Verdict.UNIQUE, "M")
+    key = CONTENT_KEY + stream.docs["M"].content_hash
+    assert stream.store.exact_lookup([key]) == {key: "M"}
+    recrawl = stream.decide("R", MARKET, later, url=f"https://x.example.com/C/{T0}")
+    assert (recrawl.verdict, recrawl.canonical_id, recrawl.stage) == (Verdict.DUPLICATE, "M", Stage.CONTENT)
+    _linked_to_a_canonical(stream.store, recrawl)
+
+
+def test_a_copy_linked_elsewhere_takes_over_the_exact_key_a_reused_id_still_held(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """As above, but the market report has a live near-duplicate canonical K (an update registered after C's
+    verdict expired: C's stale band entry is no candidate). The copy M is K's SimHash duplicate; its content key,
+    still held by the reused C, must then point at K, as every duplicate's keys point at its canonical. Left with C,
+    a copy arriving once K's band entries have expired (30 days; the keys live a year) found nothing and became a
+    canonical beside K, where the key would have linked it."""
+    stream = Stream(new_state())
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    assert stream.decide("Z", OTHER, later).verdict is Verdict.UNIQUE
+    assert stream.decide("C", OTHER, later).canonical_id == "Z"
+    assert stream.decide("K", MARKET, later, " Updated at noon.").verdict is Verdict.UNIQUE
+
+    copy = stream.decide("M", MARKET, later)
+    assert (copy.verdict, copy.canonical_id, copy.stage) == (Verdict.DUPLICATE, "K", Stage.SIMHASH)
+    key = CONTENT_KEY + stream.docs["M"].content_hash
+    assert stream.store.exact_lookup([key]) == {key: "K"}
+    much_later = later + 40 * DAY_S  # K's band entries have expired, its exact keys have not
+    stream.decide("Y", OTHER, much_later, " A year on.")
+    late_copy = stream.decide("M2", MARKET, much_later)
+    assert (late_copy.verdict, late_copy.canonical_id, late_copy.stage) == (Verdict.DUPLICATE, "K", Stage.CONTENT)
+
+
+def test_a_replay_rebuilds_the_exact_key_a_copy_took_over_from_a_reused_id(tmp_path: Path) -> None:
+    """`dedup run` on two days, the second reusing C's id for a copy of Z and bringing a copy M of C's first text;
+    `dedup replay` of both links files must rebuild the exact keys as the live state left them (M holds the content
+    key it took over from C), or a later copy is decided otherwise on the rebuilt state than on the live one."""
+    settings = Settings(stages=CHEAP)
+    later = T0 + 8 * DAY_S
+    day1 = [_article("C", MARKET, T0)]
+    day2 = [_article("Z", OTHER, later), _article("C", OTHER, later, url="https://x.example.com/C2"),
+            _article("M", MARKET, later)]  # fmt: skip
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
+    for number, records in enumerate((day1, day2)):
+        source = tmp_path / f"day{number}.jsonl"
+        source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        run(settings, [str(source)], paths)
+    links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links][-1] == ("M", "unique", "M")
+    rebuilt = tmp_path / "rebuilt"
+    replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
+    sql = "SELECT hex(key), canonical_id, stamp FROM exact_keys ORDER BY key"
+    with (
+        closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
+        closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
+    ):
+        assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall()
+
+
+def _article(doc_id: str, text: tuple[str, str], at: int, url: str | None = None) -> dict[str, Any]:
+    return {"id": doc_id, "url": url or f"https://x.example.com/{doc_id}", "title": text[0], "body": text[1],
+            "language": "en", "published_at": format_timestamp(at)}  # fmt: skip
