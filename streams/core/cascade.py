@@ -64,7 +64,6 @@ from streams.core.model import (
     Stage,
     Verdict,
     content_key,
-    expired,
     keep_seconds,
     version_id,
 )
@@ -196,7 +195,6 @@ class Cascade:
         self._figure_check = settings.simhash.figure_check
         retention = settings.retention
         self._vectors_s = retention.vectors_s
-        self._verdicts_s = keep_seconds(retention.verdicts_days)
         self.seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
         """Time spent in each stage's lookups and decisions, for the run summary."""
 
@@ -419,13 +417,13 @@ class Cascade:
         Linked to its old band entry, a near-duplicate would be a duplicate of a duplicate (a chain).
 
         Only a candidate whose entry is older than `verdicts_days` can have a verdict given afresh (a verdict ages
-        from no earlier than its document's date), so only those are read: in a stream, rarely one."""
-        clock = self._state.clock()
+        from no earlier than its document's date), so only those are read: in a stream, rarely one. The state says
+        which (`verdict_expired`): after a sweep under a shorter `verdicts_days` than today's, a younger one too."""
         kept = []
         for candidate in candidates:
             if hamming(simhash, candidate.simhash) > threshold:
                 continue
-            if expired(candidate.published_at, clock, self._verdicts_s):
+            if self._state.verdict_expired(candidate.published_at):
                 held = self._state.verdict_of(candidate.doc_id)
                 if held is not None and not held.verdict.canonical:
                     continue
@@ -465,7 +463,7 @@ class Cascade:
                 self._nearest(vector, doc.language, same_language, window) for same_language in (True, False)
             )
             found = [n for n in (same, cross) if n is not None and n.score >= floor]
-            orphans = [n for n in found if not self._is_canonical(n, clock)]
+            orphans = [n for n in found if not self._is_canonical(n)]
             if not orphans:
                 break
             for orphan in orphans:
@@ -520,12 +518,12 @@ class Cascade:
         low, high = window
         return self._vectors.nearest_between(self._model, vector, low, high, language, same_language)
 
-    def _is_canonical(self, neighbour: Neighbour, clock: int) -> bool:
+    def _is_canonical(self, neighbour: Neighbour) -> bool:
         """Whether a vector is a canonical's: its verdict says so, or its verdict has expired (vectors hold
         canonicals only; one whose verdict could still be there and is not is an orphan)."""
         held = self._state.verdict_of(neighbour.doc_id)
         if held is None:
-            return expired(neighbour.published_at, clock, self._verdicts_s)
+            return self._state.verdict_expired(neighbour.published_at)
         return held.verdict.canonical
 
     def _was_canonical(self, doc: Document) -> bool:

@@ -113,6 +113,11 @@ class StateStore(Protocol):
         """Physically remove up to `limit` entries older than their family's retention (already invisible);
         returns how many it removed (0: nothing left to remove)."""
 
+    def verdict_expired(self, stamp: int) -> bool:
+        """Whether a verdict stamped `stamp` may be gone from this state: past `verdicts_days` at the clock, or past
+        a shorter `verdicts_days` an earlier sweep kept (a store that keeps how far it swept). The cascade asks this,
+        not the setting, before it reads a missing verdict as an expired one."""
+
 
 class VectorStore(Protocol):
     """Canonical vectors, one collection per embedding model, searched in a time window."""

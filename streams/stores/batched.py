@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import redis
 
-from streams.core.model import DAY_S, Canonical, Link, clamped
+from streams.core.model import DAY_S, Canonical, Link, clamped, expired
 from streams.core.ports import Reads, VectorStore
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import Applied, RedisStateStore
@@ -218,6 +218,10 @@ class BatchedState:
 
     def expire(self, limit: int = 10_000) -> int:
         return self._backend.expire(limit)
+
+    def verdict_expired(self, stamp: int) -> bool:
+        """`RedisStateStore.verdict_expired` at the batch's clock (no round trip)."""
+        return expired(stamp, self.clock(), self._backend.keep.verdicts)
 
     def _stamped(self, published_at: int | None) -> None:
         if published_at is not None:

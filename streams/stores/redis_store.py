@@ -1098,6 +1098,11 @@ class RedisStateStore:
         """Whether an entry stamped now with `published_at` is hidden at `clock` under retention `keep_s`."""
         return expired(_day_end(_day(published_at, time.time())), clock, keep_s)
 
+    def verdict_expired(self, stamp: int) -> bool:
+        """Past `verdicts_days` at the clock (a verdict is hidden at the end of its stamp's day: this says so no
+        later)."""
+        return expired(stamp, self.clock(), self.keep.verdicts)
+
     def verdict_of(self, doc_id: str) -> Link | None:
         return self.verdicts_of([doc_id])[doc_id]
 
