@@ -253,3 +253,25 @@ def test_a_reused_ids_band_entry_in_redis_once_verdicts_days_was_lengthened_afte
     assert stream.decide("C", OTHER, later).canonical_id == "Z"
     near = stream.decide("M", MARKET, later, " More later.")
     _linked_to_a_canonical(stream.store, near)
+
+
+# ---------------------------------------------------------------- a late crawl under review
+
+
+def test_a_syndicated_copy_of_a_late_crawl_under_review_shares_its_verdict(new_state: Callable[[], StateStore]) -> None:
+    """R, a late crawl (published 35 days before the stream's clock) of the next day's market report, goes to review
+    against K (the figure check). Its verdict is kept `verdicts_days` from the clock (bf6cbcf), but the keys it
+    holds for itself were stamped to expire with a verdict aged from its own date: expired as they were written. Its
+    syndicated copy, while R's verdict stands, was decided afresh and sent to review a second time, published again
+    (README: a review's copies share its verdict, review against the same suspected canonical, not published)."""
+    settings = Settings(stages=CHEAP, simhash={"figure_check": "review"})
+    stream = Stream(new_state(), settings)
+    now = T0 + 60 * DAY_S
+    assert stream.decide("K", MARKET, now).verdict is Verdict.UNIQUE
+    next_day = (MARKET_EN[0].format(**DAYS[1]), MARKET_EN[1].format(**DAYS[1]))
+    late = now - 35 * DAY_S
+    review = stream.decide("R", next_day, late)
+    assert (review.verdict, review.canonical_id, review.stage) == (Verdict.REVIEW, "K", Stage.SIMHASH)
+    copy = stream.decide("R-copy", next_day, late, url="https://y.example.com/R")
+    assert (copy.verdict, copy.canonical_id, copy.stage) == (Verdict.REVIEW, "K", Stage.CONTENT)
+    assert not copy.publishes

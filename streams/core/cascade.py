@@ -116,6 +116,8 @@ def key_stamp(verdict: Verdict, published_at: int, retention: RetentionSettings 
     A document under review holds its own keys; once its verdict has expired nobody can tell its copies
     that it was under review, so its keys expire with its verdict (stamped earlier by the difference of
     the two retentions): a later copy is decided afresh, never a duplicate of a document under review.
+    `published_at` is then what its verdict ages by (a late crawl's: the clock), or its keys would expire
+    before its verdict and its copies, while it is under review, go to review again, published again.
     Where exact keys are kept forever (`exact_days` 0), they stay.
     """
     if retention is None or verdict is not Verdict.REVIEW:
@@ -559,7 +561,10 @@ class Cascade:
         keys = [key for stage, key in self._exact_keys(doc).items() if stage is not link.stage]
         duplicate = link.verdict is Verdict.DUPLICATE
         if keys:
-            stamp = key_stamp(link.verdict, doc.published_at, self._settings.retention)
+            published = doc.published_at
+            if link.verdict is Verdict.REVIEW:  # its keys expire with its verdict, which ages from the clock
+                published = max(published, self._state.clock())  # where later (a late crawl: `_recorded`)
+            stamp = key_stamp(link.verdict, published, self._settings.retention)
             claim_keys(self._state, keys, link.canonical_id if duplicate else doc.doc_id, stamp)
         return self._state.grow_group(link.canonical_id, doc.published_at) if duplicate else None
 

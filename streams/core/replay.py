@@ -114,7 +114,10 @@ def restore(
     holder = link.canonical_id if link.verdict is Verdict.DUPLICATE else link.doc_id
     keys = {Stage.URL: URL_KEY + recorded.url_hash, Stage.CONTENT: CONTENT_KEY + recorded.content_hash}
     named = recorded.keys or ()
-    stamp = key_stamp(link.verdict, published_at, retention)
+    # A review's own keys expire with its verdict, stamped as the cascade stamps them (`key_stamp`).
+    stamp = key_stamp(
+        link.verdict, recorded.verdict_stamp if link.verdict is Verdict.REVIEW else published_at, retention
+    )
     own = [key for stage, key in keys.items() if stage not in named and recorded.claims(stage)]
     if old is None:
         if own:
