@@ -221,20 +221,13 @@ def test_a_reused_ids_band_entry_is_no_candidate_once_verdicts_days_was_lengthen
     stream.store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a limit: Redis keeps no horizon of its sweep (how far a shorter verdicts_days removed verdicts), so after"
-    " verdicts_days is lengthened the cascade takes a swept verdict for one never given: a band candidate whose id"
-    " was reused is linked to (a chain; BatchedState's flush refuses it as a stale snapshot every time), and a"
-    " canonical's vector younger than the new setting is removed as an orphan. SQLite keeps the horizon"
-    " (`verdicts_horizon`); Redis needs one written by its sweep and read with the clock",
-)
 @pytest.mark.parametrize("batched", [False, True], ids=["redis", "redis-batched"])
 def test_a_reused_ids_band_entry_in_redis_once_verdicts_days_was_lengthened_after_a_sweep(
     redis_url: str, batched: bool
 ) -> None:
-    """The test above on Redis: its sweep keeps no horizon (how far a shorter `verdicts_days` swept), so the
-    cascade cannot tell that C's verdict is gone rather than never given."""
+    """The test above on Redis: its sweep kept no horizon (how far a shorter `verdicts_days` swept), so the
+    cascade could not tell that C's verdict was gone rather than never given (BatchedState's flush refused the
+    chain as a stale snapshot every time: a stalled batch). The sweep's cursor keeps one now (`_HORIZON`)."""
     first, second = _lengthened(Path("."), CHEAP)
     prefix = f"t{uuid.uuid4().hex}:"
 

@@ -142,6 +142,13 @@ def expired(stamp: int, clock: int, keep_s: int) -> bool:
     return keep_s > 0 and stamp < clock - keep_s
 
 
+def verdict_gone(stamp: int, clock: int, keep_s: int, horizon: int | None) -> bool:
+    """Whether a verdict stamped `stamp` may be gone from a state: past its retention `keep_s` at `clock`, or
+    before `horizon`, before when a sweep under a shorter `verdicts_days` than today's removed verdicts (None:
+    none did). A missing verdict is read as an expired one only then, never as one not given."""
+    return expired(stamp, clock, keep_s) or (horizon is not None and stamp < horizon)
+
+
 def clamped(published_at: int, wall: float) -> int:
     """`published_at` as the clock may take it: at most a day after the wall clock `wall` (Unix s), so
     an article dated 2100 does not expire everything. The adapter passes the wall time; the core stays pure."""

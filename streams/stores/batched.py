@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import redis
 
-from streams.core.model import DAY_S, Canonical, Link, clamped, expired
+from streams.core.model import DAY_S, Canonical, Link, clamped, verdict_gone
 from streams.core.ports import Reads, VectorStore
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import Applied, RedisStateStore
@@ -107,6 +107,8 @@ class BatchedState:
         self._pending_read: set[str] = set()
         """The documents whose pending link was read: the batch's, and those looked up one by one."""
         self._stored_clock: int | None = None
+        self._horizon: int | None = None
+        """The sweep's horizon, read with the warm-up's clock (`RedisStateStore.verdict_expired`)."""
         self._newest = 0
         """The newest stamp written in this batch: `apply` moves the clock there."""
         self._warmed_at: float | None = None
@@ -120,7 +122,7 @@ class BatchedState:
         self._warmed_at = time.monotonic()
         backend = self._backend
         doc_ids = _unique(reads.doc_ids)
-        self._stored_clock, verdicts, self._pending = backend.verdicts_at(doc_ids)
+        self._stored_clock, self._horizon, verdicts, self._pending = backend.verdicts_at(doc_ids)
         self._pending_read.update(doc_ids)
         self._verdicts.update(verdicts)
         self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
@@ -220,8 +222,10 @@ class BatchedState:
         return self._backend.expire(limit)
 
     def verdict_expired(self, stamp: int) -> bool:
-        """`RedisStateStore.verdict_expired` at the batch's clock (no round trip)."""
-        return expired(stamp, self.clock(), self._backend.keep.verdicts)
+        """`RedisStateStore.verdict_expired` at the batch's clock and horizon (no round trip once warmed)."""
+        if self._warmed_at is None:  # (not warmed: no horizon read)
+            return self._backend.verdict_expired(stamp)
+        return verdict_gone(stamp, self.clock(), self._backend.keep.verdicts, self._horizon)
 
     def _stamped(self, published_at: int | None) -> None:
         if published_at is not None:

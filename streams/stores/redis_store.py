@@ -19,7 +19,7 @@ by default: `redis_bucket_bits`, below) and `{t}` a hash tag of 2 hex digits (be
 | `seq` (string) | | the last canonical `seq` given out (never reused, also after a relink removed one) |
 | `vseq` (string) | | the last verdict `seq` given out: the order replay restores in |
 | `clock` (string) | | the stream's time: the newest `published_at` applied (moves forward only) |
-| `sweep` (hash) | `day`, `at`, `begun` | the sweep's cursor: its pass's day, where it goes on, the family begun |
+| `sweep` (hash) | `day`, `at`, `begun`, `horizon` | the sweep's cursor and how far it removed verdicts (`_HORIZON`) |
 | `oldest` (hash) | `v`, `x`, `g`, `p`, `s` | a family's oldest stamp, or earlier: a pass skips one with none expired |
 | `languages` (hash) | language | every language a canonical was registered in (the sweep finds band entries by it) |
 | `layout` (string) | | `LAYOUT`/`bucket_bits`[/bands], a space, a token drawn when the state was marked ("Lost") |
@@ -218,6 +218,7 @@ from streams.core.model import (
     clamped,
     expired,
     keep_seconds,
+    verdict_gone,
 )
 from streams.core.ports import LayoutMismatch
 from streams.features.bands import DEFAULT, FOUR_BY_16, BandLayout
@@ -353,6 +354,12 @@ for i = 1, #ARGV, 2 do
   local oldest = redis.call('HGET', KEYS[1], ARGV[i])
   if oldest and tonumber(ARGV[i + 1]) < tonumber(oldest) then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
+return 1
+"""
+# KEYS: a hash; ARGV: field, value: the field moved up to the value (never back).
+_RAISE = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current or tonumber(ARGV[2]) > tonumber(current) then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 return 1
 """
 # A counter moved past a seq given from outside (a replay keeps the seqs it restores).
@@ -791,6 +798,7 @@ class RedisStateStore:
         self._expire_fields, self._expired_canonicals = script(_EXPIRE_FIELDS), script(_EXPIRED_CANONICALS)
         self._bulk = script(_BULK)
         self._register_model = script(_REGISTER_MODEL)
+        self._raise = script(_RAISE)
 
     @classmethod
     def from_url(
@@ -1099,9 +1107,12 @@ class RedisStateStore:
         return expired(_day_end(_day(published_at, time.time())), clock, keep_s)
 
     def verdict_expired(self, stamp: int) -> bool:
-        """Past `verdicts_days` at the clock (a verdict is hidden at the end of its stamp's day: this says so no
-        later)."""
-        return expired(stamp, self.clock(), self.keep.verdicts)
+        """Whether a verdict stamped `stamp` may be gone: past `verdicts_days` at the clock (a verdict is hidden at
+        the end of its stamp's day: this says so no later), or before the sweep's horizon (`_HORIZON`: removed by
+        a shorter `verdicts_days` than today's)."""
+        self._ensure_layout()
+        clock, horizon = self._run([partial(_get, key=self._clock), partial(_hget, key=self._cursor, field=_HORIZON)])
+        return verdict_gone(stamp, _bounded(clock), self.keep.verdicts, _int_or_none(horizon))
 
     def verdict_of(self, doc_id: str) -> Link | None:
         return self.verdicts_of([doc_id])[doc_id]
@@ -1113,20 +1124,21 @@ class RedisStateStore:
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
         return self._verdicts(doc_ids, values, clock)
 
-    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, dict[str, Link | None], dict[str, Link]]:
-        """The clock, the verdicts read at it and the pending links there are (`pending_of`), in one round
-        trip (a document's p: bucket is in its v: bucket's slot: the same script calls)."""
+    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, int | None, dict[str, Link | None], dict[str, Link]]:
+        """The clock, the sweep's horizon (`verdict_expired`), the verdicts read at that clock and the pending links
+        there are (`pending_of`), in one round trip (a document's p: bucket is in its v: bucket's slot: the same
+        script calls)."""
         digests = [hashlib.blake2b(doc_id.encode(), digest_size=8).hexdigest() for doc_id in doc_ids]
         places = [(self._hashed("v", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
         places += [(self._hashed("p", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
-        clock, values = self._read(places)
+        clock, (horizon, *values) = self._read(places, partial(_hget, key=self._cursor, field=_HORIZON))
         half = len(doc_ids)
         pending = {
             doc_id: link
             for doc_id, value in zip(doc_ids, values[half:], strict=True)
             if value is not None and (link := self._pending_link(doc_id, value, clock)) is not None
         }
-        return clock, self._verdicts(doc_ids, values[:half], clock), pending
+        return clock, _int_or_none(horizon), self._verdicts(doc_ids, values[:half], clock), pending
 
     def pending_of(self, doc_id: str) -> Link | None:
         """The link a batch stopped between its write rounds began recording for `doc_id` (a duplicate, one
@@ -1168,12 +1180,13 @@ class RedisStateStore:
 
         return calls, gather
 
-    def _read(self, places: Sequence[tuple[str, str]]) -> tuple[int, list[str | None]]:
-        """The clock, and HGET of each (hash, field), in one round trip (a command per slot)."""
+    def _read(self, places: Sequence[tuple[str, str]], *also: Call) -> tuple[int, list[Any]]:
+        """The clock, and HGET of each (hash, field), in one round trip (a command per slot); the answers of the
+        calls `also` sends in that round trip come first."""
         self._ensure_layout()
         calls, gather = self._field_calls(places)
-        clock, *found = self._run([partial(_get, key=self._clock), *calls])
-        return _bounded(clock), gather(found)
+        clock, *found = self._run([partial(_get, key=self._clock), *also, *calls])
+        return _bounded(clock), [*found[: len(also)], *gather(found[len(also) :])]
 
     def _stamp(self, published_at: int | None, clock: int) -> str:
         """The stamp of an entry: the day of its `published_at`, or of the clock."""
@@ -1770,6 +1783,8 @@ class RedisStateStore:
         if family >= len(_FAMILIES):
             return self._sweep_canonicals(at, at - len(_FAMILIES) * per_family, limit, epoch, clock)
         kind, stamp_in, _ = _FAMILIES[family]
+        if kind == "v":  # before it removes any: a verdict it may remove is one `verdict_expired` says may be gone
+            self._run([partial(self._raise, keys=[self._cursor], args=[_HORIZON, clock - keep])])
         first = at % per_family
         buckets = [
             self._hashed(kind, f"{b:0{self._bucket_hex}x}")
@@ -2044,6 +2059,16 @@ link's prefix where it has one: `_pending_link`) and the `Keep` field they are k
 (`keep.bands`)."""
 _SWEPT = (*(kind for kind, _, _ in _FAMILIES), "s")
 """Every family a pass reads, in its order: the fields of `{prefix}oldest`."""
+
+
+_HORIZON = "horizon"
+"""The field of the sweep's cursor that says before when it removed verdicts (the clock less `verdicts_days` at
+its latest step over them; moved forward only). `verdicts_days` lengthened since, a verdict older than this may
+be gone although the setting keeps it: `verdict_expired` says so, as SQLite's `verdicts_horizon` does."""
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _bounded(clock: Any) -> int:
