@@ -244,6 +244,7 @@ class StageAgent:
         self._state.warm(cascade.reads([doc for doc, _ in docs], self._through))
         resolved = []
         for doc, received in docs:
+            self._see(doc)
             decision = cascade.resolve(doc, self._through)
             if decision is not None and decision.repeated and _embedded_canonical(decision.link):
                 decision = None
@@ -275,6 +276,7 @@ class StageAgent:
                 self._state.warm(cascade.reads([doc for doc, _ in docs]))
                 decided = []
                 for doc, received in docs:
+                    self._see(doc)
                     vector = vectors.get(doc.identity)
                     if vector is None and cascade.needs_vector(doc):
                         short = [doc]  # embedded next round whatever the snapshot says: no livelock
@@ -315,6 +317,12 @@ class StageAgent:
                     self._vectors.add(model, doc_id, vectors[doc.identity], doc.published_at, doc.language, facts)
             self._vectors.flush(ids)
         return [(doc, got, decision, vectors.get(doc.identity, vector)) for doc, got, decision, vector in decided]
+
+    def _see(self, doc: Document) -> None:
+        """Decide `doc` at the stream's time with it in (`BatchedState.see`), as `dedup run` does; a redelivery
+        (its verdict stands) moves no clock, since it writes nothing that would move it."""
+        if self._state.verdict_of(self._cascade.identify(doc).doc_id) is None:
+            self._state.see(doc.published_at)
 
     def _wanted(
         self, docs: list[tuple[Document, int]], have: dict[tuple[str, str], np.ndarray], skip_copies: bool

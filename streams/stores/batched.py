@@ -91,9 +91,11 @@ class BatchedState:
     def reset(self) -> None:
         """Forget the snapshot and any unflushed write."""
         self._verdicts: dict[str, Link | None] = {}
-        self._exact: dict[str, str | None] = {}
+        self._exact: dict[str, tuple[str, int] | None] = {}
+        """Exact keys read or written in this batch: holder and stamp (None: absent)."""
         self._bands: dict[tuple[str, tuple[int, ...]], list[Canonical]] = {}
-        self._groups: dict[str, int] = {}
+        self._groups: dict[str, tuple[int, int]] = {}
+        """Group sizes read or grown in this batch, with their stamps (`RedisStateStore.group_entries`)."""
         self._new: dict[tuple[str, int, int], list[Canonical]] = {}
         """Canonicals made in this batch, by (language, band index, band value)."""
         self._made: set[str] = set()
@@ -111,6 +113,8 @@ class BatchedState:
         """The sweep's horizon, read with the warm-up's clock (`RedisStateStore.verdict_expired`)."""
         self._newest = 0
         """The newest stamp written in this batch: `apply` moves the clock there."""
+        self._seen = 0
+        """The newest `published_at` of the batch's documents decided so far (`see`)."""
         self._warmed_at: float | None = None
         """When the batch's warm-up began: the sweep's share of time is measured from there."""
 
@@ -127,15 +131,16 @@ class BatchedState:
         self._verdicts.update(verdicts)
         self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
         keys = _unique(reads.exact_keys)
-        found = backend.exact_lookup(keys)
-        self._exact.update({key: found.get(key) for key in keys})
+        entries = backend.exact_entries(keys)
+        self._exact.update({key: entries.get(key) for key in keys})
+        found = {key: holder for key, (holder, _) in entries.items()}
         queries = _unique(reads.band_queries)
         self._bands.update(zip(queries, backend.band_candidates_many(queries), strict=True))
         holders = _unique(h for h in found.values() if h not in self._verdicts)
         self._verdicts.update(backend.verdicts_of(holders))
         # The batch's own documents too: one made a canonical here is joined by its copies later in the batch.
         canonicals = _unique([*found.values(), *(c.doc_id for cs in self._bands.values() for c in cs), *doc_ids])
-        self._groups.update(backend.group_sizes(canonicals))
+        self._groups.update(backend.group_entries(canonicals))
 
     def flush(self, lease: Lease, exact: bool = False) -> dict[str, Link]:
         """Send every buffered write, fenced by `lease` (`RedisStateStore.apply`); then forget the snapshot.
@@ -209,10 +214,21 @@ class BatchedState:
 
     def clock(self) -> int:
         """The clock this batch decides at: the stored one (read with the warm-up's verdicts), or the newest
-        stamp written since."""
+        stamp written since, or the newest document decided since (`see`)."""
         if self._stored_clock is None:
             self._stored_clock = self._backend.clock()
-        return max(self._stored_clock, self._newest)
+        return max(self._stored_clock, self._newest, self._seen)
+
+    def see(self, published_at: int) -> None:
+        """The batch's next document (one without a verdict) is decided at the stream's time with it in: its
+        `published_at`, clamped, where later; as `dedup run` advances its state to each document before deciding
+        it. No round trip: what the snapshot read is hidden here once past its retention at that time (band
+        entries, exact keys, group sizes), and the flush moves the stored clock there with the document's stamps.
+        Decided at the clock its batch read, a document 31 days after its canonical was linked to it past
+        `bands_days`, and a near-duplicate of a group expired by its own time was sent to review (`group_cap`):
+        the same stream gave other verdicts than `dedup run`. (Verdicts read keep the stored clock's view: they
+        carry no stamp here.)"""
+        self._seen = max(self._seen, clamped(published_at, time.time()))
 
     def advance(self, published_at: int) -> int:
         self._stored_clock = self._backend.advance(published_at)
@@ -264,23 +280,31 @@ class BatchedState:
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
         missing = [key for key in keys if key not in self._exact]
         if missing:
-            found = self._backend.exact_lookup(missing)
+            found = self._backend.exact_entries(missing)
             self._exact.update({key: found.get(key) for key in missing})
-        return {key: holder for key in keys if (holder := self._exact[key]) is not None}
+        keep, clock = self._backend.keep.exact, self.clock()
+        return {
+            key: entry[0]
+            for key in keys
+            if (entry := self._exact[key]) is not None and not expired(entry[1], clock, keep)
+        }
 
     def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
         self._stamped(published_at)
         held = self.exact_lookup(keys)
         claimed = {key: held.get(key, canonical_id) for key in keys}
         if not self._hidden(self._backend.keep.exact, published_at):
-            self._exact.update({key: canonical_id for key in keys if key not in held})
+            entry = (canonical_id, self._backend.stamp_of(published_at))
+            self._exact.update({key: entry for key in keys if key not in held})
         self._writes.append(ClaimWrite(tuple(keys), canonical_id, published_at))
         return claimed
 
     def exact_replace(self, key: str, expected: str, canonical_id: str, published_at: int | None = None) -> bool:
         if self.exact_lookup([key]).get(key) != expected:
             return False
-        self._exact[key] = canonical_id
+        entry = self._exact[key]
+        assert entry is not None
+        self._exact[key] = (canonical_id, entry[1] if published_at is None else self._backend.stamp_of(published_at))
         self._writes.append(ReplaceWrite(key, expected, canonical_id, published_at))
         return True
 
@@ -293,8 +317,10 @@ class BatchedState:
             for index, value in self.band_layout.lookups(query[1])
             for canonical in self._new.get((language, index, value), ())
         }
-        stored = [c for c in self._bands[query] if c.doc_id not in self._removed]
-        keep = self._backend.keep.bands
+        keep, clock = self._backend.keep.bands, self.clock()
+        stored = [
+            c for c in self._bands[query] if c.doc_id not in self._removed and not expired(c.published_at, clock, keep)
+        ]
         live = [c for c in made_here.values() if not self._hidden(keep, c.published_at)]
         return stored + sorted(live, key=lambda canonical: canonical.seq)
 
@@ -319,17 +345,18 @@ class BatchedState:
         self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at, figures))
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
+        """As Redis grows it: an expired group counts from its canonical alone, stamped with its latest member."""
         self._stamped(published_at)
-        size = self.group_size(canonical_id) + 1
-        self._groups[canonical_id] = size
+        size, stamp = self._group(canonical_id)
+        self._groups[canonical_id] = (size + 1, max(stamp, self._backend.stamp_of(published_at)))
         self._writes.append(GrowWrite(canonical_id, 1, published_at))
-        return size
+        return self.group_size(canonical_id)
 
     def shrink_group(self, canonical_id: str) -> int:
-        size = max(1, self.group_size(canonical_id) - 1)
-        self._groups[canonical_id] = size
+        size, stamp = self._group(canonical_id)
+        self._groups[canonical_id] = (max(1, size - 1), stamp)
         self._writes.append(GrowWrite(canonical_id, -1, 0))  # a shrink keeps the group's stamp
-        return size
+        return max(1, size - 1)
 
     def replace_verdict(self, link: Link, expected: Link) -> bool:
         """Checked against the snapshot now, and against Redis again when the batch is flushed."""
@@ -350,9 +377,14 @@ class BatchedState:
         self._writes.append(RemoveCanonicalWrite(canonical_id, language, tuple(bands)))
 
     def group_size(self, canonical_id: str) -> int:
+        return self._group(canonical_id)[0]
+
+    def _group(self, canonical_id: str) -> tuple[int, int]:
+        """The group's size and stamp at the batch's clock: past `exact_days` there, its canonical alone."""
         if canonical_id not in self._groups:
-            self._groups[canonical_id] = self._backend.group_size(canonical_id)
-        return self._groups[canonical_id]
+            self._groups.update(self._backend.group_entries([canonical_id]))
+        size, stamp = self._groups[canonical_id]
+        return (1, -1) if size > 1 and expired(stamp, self.clock(), self._backend.keep.exact) else (size, stamp)
 
 
 def _unique(items: Iterable[T]) -> list[T]:

@@ -1201,14 +1201,25 @@ class RedisStateStore:
         return stood
 
     def exact_lookup(self, keys: Sequence[str]) -> dict[str, str]:
+        return {key: holder for key, (holder, _) in self.exact_entries(keys).items()}
+
+    def exact_entries(self, keys: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """`exact_lookup`, each holder with its key's stamp (the last second of its day): a batch that decides a
+        later document hides what has expired by that document's time (`BatchedState.see`)."""
         if not keys:
             return {}
         clock, values = self._read([self._exact(key) for key in keys])
-        return {
-            key: value[_DAY_HEX:]
-            for key, value in zip(keys, values, strict=True)
-            if value is not None and not expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.exact)
-        }
+        found = {}
+        for key, value in zip(keys, values, strict=True):
+            if value is not None:
+                stamp = _day_end(int(value[:_DAY_HEX], 16))
+                if not expired(stamp, clock, self.keep.exact):
+                    found[key] = (value[_DAY_HEX:], stamp)
+        return found
+
+    def stamp_of(self, published_at: int) -> int:
+        """The stamp an entry written now with `published_at` ages by: the last second of its (clamped) day."""
+        return _day_end(_day(published_at, time.time()))
 
     def exact_claim(self, keys: Sequence[str], canonical_id: str, published_at: int) -> dict[str, str]:
         holders = self._write([ClaimWrite(tuple(keys), canonical_id, published_at)])[0][0]
@@ -1297,14 +1308,22 @@ class RedisStateStore:
         return self.group_sizes([canonical_id])[canonical_id]
 
     def group_sizes(self, canonical_ids: Sequence[str]) -> dict[str, int]:
+        return {canonical_id: size for canonical_id, (size, _) in self.group_entries(canonical_ids).items()}
+
+    def group_entries(self, canonical_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """`group_sizes`, each with the group's stamp (the last second of its latest member's day; -1 for a
+        canonical alone): a batch that decides a later document sees a group expired by then (`BatchedState.see`)."""
         if not canonical_ids:
             return {}
         clock, values = self._read([(self._bucket("g", canonical_id), canonical_id) for canonical_id in canonical_ids])
-        sizes = {}
+        groups = {}
         for canonical_id, value in zip(canonical_ids, values, strict=True):
             members, day = divmod(int(value or 0), _GROUP_DAY)
-            sizes[canonical_id] = 1 if expired(_day_end(day), clock, self.keep.exact) else members + 1
-        return sizes
+            stamp = _day_end(day)
+            groups[canonical_id] = (
+                (1, -1) if not members or expired(stamp, clock, self.keep.exact) else (members + 1, stamp)
+            )
+        return groups
 
     # Batches
 

@@ -1,0 +1,135 @@
+"""Group sizes, the group cap and retention boundaries, on `dedup run` (SQLite) and on the service (Redis).
+
+Every test runs one stream twice: through `dedup run` on a file, and through the real stage agent of the service
+(`Resources.stage_agent`, its `BatchedState` on a real redis-server, the batch decided under the lease and
+flushed), one record per batch and the whole stream as one batch. Both must give every document the same verdict,
+and leave every group the same size. Real texts (the figure check's market reports), real stores, the real cascade.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.config import RetentionSettings, Settings
+from streams.core.model import DAY_S
+from streams.records.article import format_timestamp
+from streams.runner.embedded import RunPaths, run
+from streams.service.resources import Resources
+from streams.service.stages import Agent, Incoming
+from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
+from tests.test_relink import _body
+
+MARKET = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
+UPDATED = (MARKET[0], MARKET[1] + " Updated at noon.")
+"""A near-duplicate of MARKET (SimHash, same figures): an edit of it."""
+OTHER = ("Another story", _body(7, 99, 200))
+
+Verdicts = list[tuple[str, str, str]]
+
+
+def _article(doc_id: str, text: tuple[str, str], at: int, url: str | None = None) -> dict[str, Any]:
+    return {"id": doc_id, "url": url or f"https://x.example.com/{doc_id}", "title": text[0], "body": text[1],
+            "language": "en", "published_at": format_timestamp(at)}  # fmt: skip
+
+
+def _file(tmp_path: Path, settings: Settings, records: list[dict[str, Any]]) -> tuple[Verdicts, dict[str, int]]:
+    """`dedup run` over the stream; the verdicts and the group sizes its state keeps (live ones: the file's rows)."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
+    run(settings, [str(source)], paths)
+    links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
+    with closing(sqlite3.connect(paths.state / "state.sqlite3")) as db:
+        groups = dict(db.execute("SELECT canonical_id, size FROM groups").fetchall())
+    return [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links], groups
+
+
+def _service(
+    redis_url: str, options: dict[str, Any], batches: list[list[dict[str, Any]]]
+) -> tuple[Verdicts, Resources]:
+    """The service's last stage agent over the stream, batch by batch (records received now: no clamp bites)."""
+    settings = Settings(**options, redis_url=redis_url, redis_prefix=f"t{uuid.uuid4().hex}:")
+    resources = Resources(settings)
+    agent = resources.stage_agent(Agent.EXACT, Agent.SIMHASH)
+    verdicts: Verdicts = []
+    now_ms = int(time.time() * 1000)
+    for number, batch in enumerate(batches):
+        incoming = [Incoming(orjson.dumps(r), None, now_ms, "raw", 0, number * 100 + i) for i, r in enumerate(batch)]
+        out = agent.handle(incoming)
+        links = [orjson.loads(o.value) for o in out if o.topic == settings.topics.links]
+        verdicts += [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links]
+    return verdicts, resources
+
+
+def _both(
+    tmp_path: Path, redis_url: str, records: list[dict[str, Any]], canonical: str, **options: Any
+) -> tuple[Verdicts, int]:
+    """The stream's verdicts and `canonical`'s group size under `Settings(stages=CHEAP, **options)`, asserted equal
+    on `dedup run` and on the service (one record per batch, and the whole stream in one batch)."""
+    options = {"stages": CHEAP, **options}
+    expected, groups = _file(tmp_path, Settings(**options), records)
+    for batches in ([[r] for r in records], [records]):
+        got, resources = _service(redis_url, options, batches)
+        try:
+            assert got == expected, f"{len(batches)} batches: the service gave {got}, dedup run {expected}"
+            assert resources.state.group_size(canonical) == groups.get(canonical, 1)
+        finally:
+            resources.close()
+    return expected, groups.get(canonical, 1)
+
+
+# ---------------------------------------------------------------- a document decided at its own time
+
+
+def test_a_near_duplicate_that_moves_the_clock_past_its_canonicals_bands_is_no_link_to_it(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """K is a canonical; its edit M comes 31 days later (bands_days 30). `dedup run` moves the clock to M before
+    deciding it (the stream's time is the newest `published_at`, M's own): K's band entries have expired and M is
+    a canonical. The service decided M at the clock its batch read, before M: it linked M to K, a canonical its
+    own batch then expired (its band entries hidden, swept next): the same stream, two verdicts."""
+    records = [_article("K", MARKET, T0), _article("M", UPDATED, T0 + 31 * DAY_S)]
+    verdicts, _ = _both(tmp_path, redis_url, records, "K")
+    assert verdicts == [("K", "unique", "K"), ("M", "unique", "M")]
+
+
+def test_a_recrawl_that_moves_the_clock_past_its_canonicals_exact_keys_is_no_link_to_it(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """The same at `exact_days`: a re-crawl R of C's URL (another id: a new document) 31 days later, exact keys kept
+    30 and band entries 10. `dedup run` finds C's keys expired at R's time: R is a canonical; the service linked it
+    to C by URL."""
+    retention = RetentionSettings(bands_days=10, exact_days=30, verdicts_days=7)
+    url = "https://x.example.com/market"
+    records = [_article("C", MARKET, T0, url=url), _article("R", MARKET, T0 + 31 * DAY_S, url=url + "?utm_source=x")]
+    verdicts, _ = _both(tmp_path, redis_url, records, "C", retention=retention)
+    assert verdicts == [("C", "unique", "C"), ("R", "unique", "R")]
+
+
+@pytest.mark.parametrize(("days", "verdict"), [(29, "review"), (31, "duplicate")])
+def test_a_group_at_the_cap_sends_near_duplicates_to_review_until_its_group_expires_on_every_store(
+    tmp_path: Path, redis_url: str, days: int, verdict: str
+) -> None:
+    """C's group is at `group_cap` (2: C and its re-crawl M). A near-duplicate N goes to review while the group
+    lives (`exact_days`, 30 here, from its latest member), and is C's duplicate once it has expired (C's band
+    entries live 60 days): its group counts from C alone again. The service read the group's size at the clock
+    before N and sent N to review where `dedup run`, at N's time, linked it: the group cap given on one store
+    and not on the other."""
+    retention = RetentionSettings(bands_days=60, exact_days=30, verdicts_days=7)
+    url = "https://x.example.com/market"
+    records = [
+        _article("C", MARKET, T0, url=url),
+        _article("M", MARKET, T0, url=url + "?utm_source=x"),
+        _article("N", UPDATED, T0 + days * DAY_S),
+    ]
+    verdicts, size = _both(tmp_path, redis_url, records, "C", retention=retention, group_cap=2)
+    assert verdicts == [("C", "unique", "C"), ("M", "duplicate", "C"), ("N", verdict, "C")]
+    assert size == 2  # under review, N joins no group; linked, it joins the group C alone restarts
