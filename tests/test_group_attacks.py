@@ -133,3 +133,30 @@ def test_a_group_at_the_cap_sends_near_duplicates_to_review_until_its_group_expi
     verdicts, size = _both(tmp_path, redis_url, records, "C", retention=retention, group_cap=2)
     assert verdicts == [("C", "unique", "C"), ("M", "duplicate", "C"), ("N", verdict, "C")]
     assert size == 2  # under review, N joins no group; linked, it joins the group C alone restarts
+
+
+# ---------------------------------------------------------------- a member sent again past verdicts_days
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a limit: past verdicts_days the service keeps nothing of a member that has no exact key of its own (its"
+    " URL and content keys are its canonical's): sent again (the crawler re-sends the same article under its id, or"
+    " the input topic keeps records longer than verdicts_days), it is decided afresh, linked again and counted in"
+    " its group a second time, with a second link record. dedup run takes its verdict from the state folder's"
+    " journal; the service would need the links topic read per undecided document, or a per-member mark kept"
+    " exact_days (memory the README's budget does not have)",
+)
+def test_a_member_sent_again_past_verdicts_days_is_counted_once_in_its_group(tmp_path: Path, redis_url: str) -> None:
+    """C and its re-crawl M (the same text, a tracking parameter: no key of its own); X moves the clock 8 days;
+    M comes again under its id. `dedup run` gives it its first verdict (from the journal), and C's group stays
+    C and M; the service linked M again and counted it twice (group 3, one live member)."""
+    url = "https://x.example.com/market"
+    records = [
+        _article("C", MARKET, T0, url=url),
+        _article("M", MARKET, T0, url=url + "?utm_source=x"),
+        _article("X", OTHER, T0 + 8 * DAY_S),
+        _article("M", MARKET, T0, url=url + "?utm_source=x"),
+    ]
+    _, size = _both(tmp_path, redis_url, records, "C")
+    assert size == 2
