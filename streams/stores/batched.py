@@ -32,7 +32,7 @@ from typing import TypeVar
 
 import redis
 
-from streams.core.model import DAY_S, Canonical, Link, clamped, verdict_gone
+from streams.core.model import DAY_S, Canonical, Link, clamped, expired, verdict_gone
 from streams.core.ports import Reads, VectorStore
 from streams.stores.redis_lock import Lease
 from streams.stores.redis_store import Applied, RedisStateStore
