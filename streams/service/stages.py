@@ -263,6 +263,14 @@ class StageAgent:
         dropped, the lease released, every document still needing a vector embedded,
         and the batch decided again. The write is fenced by the lease; the batch's new
         vectors reach the vector store after its verdicts are recorded, still under it.
+
+        A redelivered canonical that this model embedded is embedded again with the rest, before
+        the lease, and its vector held like a new canonical's: the documents after it in the batch
+        search it, and it is written with the batch's vectors (its first attempt may have died
+        between Redis and the store). Written only after the batch was decided, a translation
+        redelivered behind it was made a second canonical; and one found decided only under the
+        lease (another agent recorded it meanwhile, then died) kept the vector it was embedded
+        with out of the store for good.
         """
         cascade = self._cascade
         vectors: dict[tuple[str, str], np.ndarray] = {}
@@ -275,48 +283,48 @@ class StageAgent:
             with self._lock.held() as lease:
                 self._state.warm(cascade.reads([doc for doc, _ in docs]))
                 decided = []
+                again: set[str] = set()
                 for doc, received in docs:
                     self._see(doc)
                     vector = vectors.get(doc.identity)
                     if vector is None and cascade.needs_vector(doc):
                         short = [doc]  # embedded next round whatever the snapshot says: no livelock
                         break
-                    decided.append((doc, received, cascade.decide(doc, vector), vector))
+                    decision = cascade.decide(doc, vector)
+                    if decision.repeated and self._embedded_here(decision.link):
+                        if vector is None:  # decided by another agent since the snapshot
+                            short = [doc]
+                            break
+                        again.add(self._hold(doc, decision, vector))
+                    decided.append((doc, received, decision, vector))
                 else:
                     standing = self._state.flush(lease, exact=True)
                     if self._vectors is not None:
-                        self._vectors.flush(set(standing))
+                        self._vectors.flush(set(standing) | again)
                     break
                 self._state.reset()
                 if self._vectors is not None:
                     self._vectors.reset()
             metrics.EMBED_RETRIES.inc()
             skip_copies = False
-        decided = [(doc, got, _standing(decision, standing), vector) for doc, got, decision, vector in decided]
-        # A redelivered canonical's link is sent again; it must carry its vector again, or
-        # compaction would keep a link that replay cannot rebuild the vector from. Its vector
-        # is written again too: the first attempt may have died between Redis and the store.
-        # Only by the model that embedded it: a deploy without the semantic stage, or with another
-        # model, sends the link without one (the record before it still carries it).
-        model = str(cascade.model) if self._embedder is not None else None
-        again = [
-            doc
-            for doc, _, decision, vector in decided
-            if vector is None and decision is not None and decision.repeated and _embedded_by(decision.link, model)
-        ]
-        vectors = self._embed(again)
-        if vectors and self._vectors is not None:
-            model = cascade.model
-            assert model is not None  # a cascade with vectors has a model
-            ids = set()
-            for doc, _, decision, _ in decided:
-                if doc.identity in vectors and decision is not None:
-                    doc_id = (decision.version or doc).doc_id
-                    ids.add(doc_id)
-                    facts = payload_facts(doc.text)
-                    self._vectors.add(model, doc_id, vectors[doc.identity], doc.published_at, doc.language, facts)
-            self._vectors.flush(ids)
-        return [(doc, got, decision, vectors.get(doc.identity, vector)) for doc, got, decision, vector in decided]
+        return [(doc, got, _standing(decision, standing), vector) for doc, got, decision, vector in decided]
+
+    def _embedded_here(self, link: Link) -> bool:
+        """Whether `link` is a canonical's that this agent's model embedded. A redelivered one's link is sent
+        again with its vector (compaction keeps the latest link, and replay rebuilds the vector from it) and
+        its vector written again. A deploy without the semantic stage, or with another model, sends the link
+        without one (the record before it still carries it)."""
+        model = str(self._cascade.model) if self._embedder is not None else None
+        return _embedded_by(link, model)
+
+    def _hold(self, doc: Document, decision: Decision, vector: np.ndarray) -> str:
+        """Hold a redelivered canonical's vector with the batch's new ones (searched by the rest of the batch,
+        written once the batch is recorded); its id."""
+        model = self._cascade.model
+        assert self._vectors is not None and model is not None  # a cascade with vectors has a model
+        doc_id = (decision.version or doc).doc_id
+        self._vectors.add(model, doc_id, vector, doc.published_at, doc.language, payload_facts(doc.text))
+        return doc_id
 
     def _see(self, doc: Document) -> None:
         """Decide `doc` at the stream's time with it in (`BatchedState.see`), as `dedup run` does; a redelivery
@@ -334,10 +342,15 @@ class StageAgent:
         for doc, _ in docs:
             if doc.identity in have or (skip_copies and any(cascade.would_link(doc, earlier) for earlier in wanted)):
                 continue
-            if cascade.needs_vector(doc):
+            if cascade.needs_vector(doc) or self._redelivered_canonical(doc):
                 wanted.append(doc)
         self._state.reset()
         return wanted
+
+    def _redelivered_canonical(self, doc: Document) -> bool:
+        """Whether the snapshot holds `doc` as a canonical this model embedded (its vector is written again)."""
+        prior = self._state.verdict_of(self._cascade.identify(doc).doc_id)
+        return prior is not None and self._embedded_here(prior)
 
     def _embed(self, docs: list[Document]) -> dict[tuple[str, str], np.ndarray]:
         if not docs:
