@@ -171,3 +171,37 @@ def test_the_report_and_the_review_read_a_relinked_redelivered_document_as_the_r
     assert {k: planned[k] for k in ("decided_by", "url_hash", "linked_at")} == {
         k: relink[k] for k in ("decided_by", "url_hash", "linked_at")
     }
+
+
+def _published(stack: Stack) -> list[dict[str, Any]]:
+    """Every record of `articles.deduped`, in order (one partition)."""
+    settings = stack.settings()
+    return [orjson.loads(message.value()) for message in read_to_end(settings, settings.topics.deduped)]
+
+
+def test_a_relink_publishes_a_redelivered_document_as_it_was_decided(make_stack: Callable[[str], Stack]) -> None:
+    """A person keeps `z` apart: the relink publishes it to the indexers as a canonical. `z` was sent again
+    from a mirror a month later, and the worker published it again as received. The relink took the latest
+    article of `z` on `articles.deduped`, the mirror's: the indexers got the mirror's URL and date for the
+    article the verdict was about, and features that disagree with the relink's own link record (the first
+    record's URL hash and date)."""
+    stack, first = _redelivered(make_stack)
+    settings = stack.settings()
+    before = _published(stack)
+    assert [(a["id"], a["url"]) for a in before[3:]] == [
+        ("x", "https://mirror.example/x"),
+        ("z", "https://mirror.example/z"),
+    ]  # the worker published the redelivered reviews again, as received
+
+    result = relink_service(settings, decisions=[Label("z", "c", False)])
+    assert [c.doc_id for c in result.plan.changes] == ["z"] and result.published == 1
+    article = _published(stack)[len(before) :]
+    assert [a["id"] for a in article] == ["z"]
+    relinked = _records(stack)[5]
+    assert relinked["doc_id"] == "z"
+    published = article[0]
+    assert published["url"] == "https://a.example/z"
+    assert datetime.fromisoformat(published["published_at"]) == datetime.fromisoformat(first["z"]["published_at"])
+    for name in ("url_hash", "content_hash", "published_at"):
+        assert published["features"][name] == relinked[name] == first["z"][name], name
+    assert published["features"]["verdict"] == "unlinked"

@@ -161,7 +161,7 @@ def service_review(settings: Settings, limit: int | None) -> tuple[list[Pair], A
     links = latest_links(settings)
     candidates = latest(settings, settings.topics.candidates).records
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
-    pairs = review_pairs(order, candidates.get, PublishedArticles(settings), limit)
+    pairs = review_pairs(order, candidates.get, PublishedArticles(settings, links), limit)
 
     def apply(label: Label) -> RelinkResult:
         return relink_service(settings, decisions=[label])

@@ -122,7 +122,7 @@ def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None
     candidates = latest(settings, settings.topics.candidates).records
     # Decision order: Redis's verdict sequence (records without one, older than it, first).
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
-    published = PublishedArticles(settings)
+    published = PublishedArticles(settings, links)
     if labels is not None:
         return plan_decisions(order, labels, state.exact_lookup, candidates.get, published, state.verdict_of)
     assert cutoff is not None
@@ -288,15 +288,47 @@ def _produce(producer: Producer, topic: str, key: bytes, value: bytes, on_delive
 
 class PublishedArticles:
     """Articles published before (`articles.deduped`), read on first need: for a document to publish
-    whose candidate record has no article (one the semantic stage never embedded, or too large)."""
+    whose candidate record has no article (one the semantic stage never embedded, or too large).
 
-    def __init__(self, settings: Settings) -> None:
+    Of each document, the article its verdict was given to: the one published with the features of the
+    verdict's record in `links` (`latest_links`, which keeps a verdict sent again by its first record,
+    `streams.kafka.replay.sent_again`). A worker publishes a redelivered document again as received (found
+    at a mirror's URL, dated later) under the verdict it had, so the latest article may be one deciding
+    never saw; a relink publishes the article as decided, with the features its own link record carries.
+    Only where `articles.deduped` no longer holds that article (its retention) is the latest one of the same
+    content published instead.
+    """
+
+    MATCHED = ("url_hash", "content_hash", "published_at")
+    """The features an article shares with the link record of the verdict it was published with."""
+
+    def __init__(self, settings: Settings, links: dict[str, dict[str, Any]]) -> None:
         self._settings = settings
+        self._links = links
         self._found: dict[str, dict[str, Any]] | None = None
 
     def __call__(self, doc_id: str) -> dict[str, Any] | None:
         if self._found is None:
-            from streams.kafka.journal import latest
-
-            self._found = latest(self._settings, self._settings.topics.deduped).records
+            self._found = self._read()
         return self._found.get(doc_id)
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        from streams.kafka.journal import latest
+
+        return latest(self._settings, self._settings.topics.deduped, again=self._again).records
+
+    def _again(self, later: dict[str, Any], kept: dict[str, Any]) -> bool:
+        """Whether `kept` stands against a `later` article of its document: it is more like the one decided."""
+        return self._likeness(later) < self._likeness(kept)
+
+    def _likeness(self, article: dict[str, Any]) -> int:
+        """2 for the article as its verdict was decided, 1 for another of the verdict's content (sent again
+        from elsewhere), 0 for any other (an earlier version of the id, or no verdict on record)."""
+        doc_id = article.get("id")
+        link = self._links.get(doc_id) if isinstance(doc_id, str) else None
+        features = article.get("features")
+        if link is None or not isinstance(features, dict):
+            return 0
+        if all(features.get(name) == link.get(name) for name in self.MATCHED):
+            return 2
+        return 1 if features.get("content_hash") == link.get("content_hash") else 0
