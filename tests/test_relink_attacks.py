@@ -9,6 +9,7 @@ state); the SimHash cases on a cheap-stage world of real texts (the figure check
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,76 @@ def test_an_unlink_and_its_inverse_leave_later_documents_the_verdicts_of_a_state
     outs = [o for o in ("out", "r1", "r2", "later", "r3", "r4") if (world.folder / o / "links.jsonl").exists()]
     replay_files([str(world.folder / o / "links.jsonl") for o in outs], tmp_path / "rebuilt")
     assert dump(tmp_path / "rebuilt") == dump(world.state)
+
+
+# ---------------------------------------------------------------- the stamps of the exact keys a relink moves
+
+
+def _stamps(state_dir: Path) -> dict[str, tuple[str, int]]:
+    """Every exact key of a state folder: its holder and its stamp (what `dump` leaves out: when it expires)."""
+    db = sqlite3.connect(state_dir / "state.sqlite3")
+    try:
+        return {key.hex(): (holder, stamp) for key, holder, stamp in db.execute("SELECT * FROM exact_keys")}
+    finally:
+        db.close()
+
+
+SHORT_EXACT = {"DEDUP_RETENTION__EXACT_DAYS": "40"}
+"""Exact keys kept 40 days: long enough for the first day's relinks, short enough to meet in a test."""
+
+
+@pytest.mark.parametrize(
+    ("e1_day", "copy_day", "later_day"),
+    [
+        pytest.param("2025-11-01", "2025-12-06", "2025-12-20", id="late-crawl"),
+        pytest.param("2025-12-06", "2025-12-10", "2026-01-17", id="copy-dated-later"),
+    ],
+)
+def test_an_unlink_and_its_inverse_keep_the_stamps_of_the_keys_they_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, e1_day: str, copy_day: str, later_day: str
+) -> None:
+    """E1 (a SimHash duplicate of K) claimed its content key on its date; E1-c, its text at another URL, came
+    later (a late crawl's E1 35 days before the stream's clock, or a copy four days after it). Unlinked, E1
+    takes its key with E1-c following, and both changes re-pointed it: the second stamped it with E1-c's date.
+    Linked back, the state was the first one holder for holder, but the key stayed stamped with E1-c's date,
+    so it expired weeks later than in a state that never saw the relinks: with `exact_days` 40, a later copy
+    of E1's text was a content duplicate of K there, and decided afresh (the bands, or nothing) in the
+    other."""
+    for name, value in SHORT_EXACT.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings(stages=CHEAP)
+    day = [
+        _report("K", 0),
+        _report("E1", 0, " More later.", when=e1_day),
+        _report("E1-c", 0, " More later.", url="https://y.example.com/E1", when=copy_day),
+    ]
+    worlds = {}
+    for name in ("never", "relinked"):
+        folder = tmp_path / name
+        folder.mkdir()
+        worlds[name] = CheapWorld(folder, folder / "out", folder / "out" / "state", settings, ToyEmbedder({}))
+        worlds[name].run(day, "out")
+    never, world = worlds["never"], worlds["relinked"]
+    got = {d: (r["verdict"], r["canonical_id"], r["stage"]) for d, r in world.latest("out").items()}
+    assert got == {
+        "K": ("unique", "K", None),
+        "E1": ("duplicate", "K", "simhash"),
+        "E1-c": ("duplicate", "K", "content"),
+    }
+    first = _stamps(world.state)
+
+    assert world.relink("r1", decisions=[_label("E1", "K", False)]).plan.changes
+    unlinked = _stamps(world.state)
+    assert {key: stamp for key, (_, stamp) in unlinked.items()} == {key: stamp for key, (_, stamp) in first.items()}
+    assert world.relink("r2", decisions=[_label("E1", "K", True)]).plan.changes
+    assert _stamps(world.state) == _stamps(never.state) == first
+
+    later = [_report("E1-s", 0, " More later.", url="https://z.example.com/E1", when=later_day)]
+    for each in (never, world):
+        each.run(later, "later")
+    fields = ("verdict", "canonical_id", "stage", "score")
+    assert [[r[f] for f in fields] for r in world.links("later")] == [
+        [r[f] for f in fields] for r in never.links("later")
+    ]
+    replay_files([str(world.folder / o / "links.jsonl") for o in ("out", "r1", "r2", "later")], tmp_path / "rebuilt")
+    assert _stamps(tmp_path / "rebuilt") == _stamps(world.state) == _stamps(never.state)

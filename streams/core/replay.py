@@ -119,18 +119,20 @@ def restore(
         link.verdict, recorded.verdict_stamp if link.verdict is Verdict.REVIEW else published_at, retention
     )
     own = [key for stage, key in keys.items() if stage not in named and recorded.claims(stage)]
+    # A key the document held for itself under review was stamped to expire with that verdict (`key_stamp`):
+    # stamped anew, as a replay claims it. Any other key keeps the stamp of the document that claimed it.
+    restamped = link.doc_id if old is not None and Verdict.REVIEW in (old.verdict, link.verdict) else None
     if old is None:
         if own:
             claim_keys(state, own, holder, stamp)  # as the cascade claims: a key held by a duplicate is taken over
     else:
         _leave(old, recorded, state, vectors)
-        if Verdict.REVIEW in (old.verdict, link.verdict):
-            # A review's own keys expire with its verdict (`key_stamp`): stamped anew, as a replay claims them.
+        if holder == restamped:  # its own keys, unnamed: a review copy's that are its head's stay as they are
             for key, current in state.exact_lookup(own).items():
                 if current == holder:
                     state.exact_replace(key, holder, holder, stamp)
     for stage in named:
-        _point(state, keys[stage], holder, stamp)
+        _point(state, keys[stage], holder, stamp, restamped)
     if link.verdict.canonical:
         if old is None or not old.verdict.canonical:
             if recorded.claims(Stage.SIMHASH):
@@ -162,13 +164,18 @@ def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStor
             vectors.remove(model_named(old.model), old.doc_id)
 
 
-def _point(state: StateStore, key: str, holder: str, published_at: int) -> None:
-    """Point `key` at `holder`, stamped with `published_at` (as a replay, which claims it afresh, would)."""
+def _point(state: StateStore, key: str, holder: str, published_at: int, restamped: str | None = None) -> None:
+    """Point `key` at `holder`. A key nobody holds is claimed, stamped with `published_at` (as a replay, which
+    claims it afresh, would); a held key keeps its stamp, the date of the document that claimed it, as it
+    does in a state that never saw the relink: a relink moves a key for every document of the plan that
+    shares its hash (an exact copy dated later, a late crawl's copy crawled on time), and stamped with the
+    mover's date it expired at another time. Only the key of `restamped`, held for itself under review, is
+    stamped anew: its stamp followed that verdict (`key_stamp`)."""
     current = state.exact_lookup([key]).get(key)
     if current is None:
         state.exact_claim([key], holder, published_at)
     else:
-        state.exact_replace(key, current, holder, published_at)
+        state.exact_replace(key, current, holder, published_at if current == restamped else None)
 
 
 def model_named(name: str, dim: int = 0) -> ModelId:
