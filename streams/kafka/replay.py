@@ -387,7 +387,7 @@ class ReplayState(BatchedState):
     def warm_groups(self, canonical_ids: Iterable[str]) -> None:
         missing = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups]
         if missing:
-            self._groups.update(self._backend.group_sizes(missing))
+            self._groups.update(self._backend.group_entries(missing))
 
     def warm_verdicts(self, doc_ids: Iterable[str]) -> None:
         """The verdicts of the canonicals a batch links to, in one round trip: each is checked (`_chained`)."""
