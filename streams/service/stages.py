@@ -40,6 +40,9 @@ from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import RedisLock
 from streams.vectors.batched import BatchedVectors
 
+_FAR = 1 << 62
+"""Beyond any `published_at`: a search over all of a model's vectors."""
+
 log = logging.getLogger(__name__)
 
 _JSON = orjson.OPT_SERIALIZE_NUMPY
@@ -323,7 +326,13 @@ class StageAgent:
         model = self._cascade.model
         assert self._vectors is not None and model is not None  # a cascade with vectors has a model
         doc_id = (decision.version or doc).doc_id
-        self._vectors.add(model, doc_id, vector, doc.published_at, doc.language, payload_facts(doc.text))
+        # Dated as it was decided, not as it came again: a crawler's re-send dated later, written with its date,
+        # moved the canonical's window (a translation days later was linked to it, as `dedup run` and a replay,
+        # which keep its first date, never do). Its stored vector says the first date; a vector never written (the
+        # worker died between Redis and the store) has only the redelivered record's, the same record as a rule.
+        stored = self._vectors.nearest_between(model, vector, -_FAR, _FAR, doc.language, True)
+        published_at = stored.published_at if stored is not None and stored.doc_id == doc_id else doc.published_at
+        self._vectors.add(model, doc_id, vector, published_at, doc.language, payload_facts(doc.text))
         return doc_id
 
     def _see(self, doc: Document) -> None:
