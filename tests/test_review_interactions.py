@@ -16,11 +16,14 @@ import orjson
 from streams.config import Settings
 from streams.core.model import Verdict
 from streams.evaluation.corpus import NtrexDocument
+from streams.kafka.replay import Restorer
 from streams.records.article import format_timestamp
 from streams.runner.embedded import RunPaths, run
 from streams.service.resources import Resources
 from streams.service.stages import Agent
+from streams.stores.redis_store import RedisStateStore, connect
 from streams.vectors.qdrant_server import QdrantVectorStore
+from tests.test_cluster_lost_replies import BITS, RETENTION, _record
 from tests.test_semantic_vector_faults import _batch, _doc
 
 T0 = 1_700_000_000
@@ -78,3 +81,23 @@ def _at(record: dict[str, Any]) -> int:
     from streams.records.article import parse_timestamp
 
     return parse_timestamp(record["published_at"])
+
+
+def test_dedup_replay_restores_a_duplicate_into_the_service_state(redis_url: str) -> None:
+    """`dedup replay` (Kafka) restores through `ReplayState`, a `BatchedState` that warms the groups a batch of links
+    grows. ac90ea9 made `BatchedState` keep each group with its stamp; `warm_groups` kept putting sizes alone there,
+    so the first duplicate replayed in a batch after its canonical's stopped the replay with a TypeError (size,
+    stamp = an int), every time it ran."""
+    client = connect(redis_url)
+    prefix = f"t{uuid.uuid4().hex}:"
+    restorer = Restorer(client, prefix, None, RETENTION, lock_ttl_s=30, bucket_bits=BITS)
+    with restorer.owned():
+        restorer.resume()
+        restorer.begin()
+        restorer.restore([_record("a", 1)], (1, 1, "2026-11-01T00:00:00.000Z", 0, 1))
+        restorer.restore([_record("b", 2, "a")], (1, 2, "2026-11-01T00:00:00.000Z", 0, 2))  # a: warm_groups
+        restorer.done(2)
+    state = RedisStateStore(client, prefix, BITS, RETENTION)
+    held = state.verdict_of("b")
+    assert held is not None and (held.verdict, held.canonical_id) == (Verdict.DUPLICATE, "a")
+    assert state.group_size("a") == 2

@@ -387,6 +387,8 @@ class ReplayState(BatchedState):
     def warm_groups(self, canonical_ids: Iterable[str]) -> None:
         missing = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups]
         if missing:
+            # With their stamps, as `BatchedState` keeps every group since ac90ea9 (sizes alone: a TypeError at the
+            # first duplicate replayed, `dedup replay` on Kafka stopped for good).
             self._groups.update(self._backend.group_entries(missing))
 
     def warm_verdicts(self, doc_ids: Iterable[str]) -> None:
