@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from streams.config import Settings
+from streams.config import RetentionSettings, Settings
 from streams.core.model import Verdict
 from streams.evaluation.corpus import NtrexDocument
 from streams.kafka.replay import Restorer
@@ -24,6 +24,9 @@ from streams.service.stages import Agent
 from streams.stores.redis_store import RedisStateStore, connect
 from streams.vectors.qdrant_server import QdrantVectorStore
 from tests.test_cluster_lost_replies import BITS, RETENTION, _record
+from tests.test_figure_check import CHEAP
+from tests.test_group_attacks import MARKET, OTHER, UPDATED, _file, _service
+from tests.test_group_attacks import _article as _market
 from tests.test_semantic_vector_faults import _batch, _doc
 
 T0 = 1_700_000_000
@@ -101,3 +104,34 @@ def test_dedup_replay_restores_a_duplicate_into_the_service_state(redis_url: str
     held = state.verdict_of("b")
     assert held is not None and (held.verdict, held.canonical_id) == (Verdict.DUPLICATE, "a")
     assert state.group_size("a") == 2
+
+
+def test_a_group_grown_early_in_a_batch_is_not_reset_by_a_later_document_of_that_batch(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """C (a market report) and M1, its syndicated copy, on day 0: C's group has two. Nine and a half days later D1,
+    another copy, joins it (exact keys live 10 days): three. In the same batch comes D2, an unrelated story dated day
+    12. The agent decides D1 at D1's time (`BatchedState.see`, ac90ea9: the group is live, three), but Redis applies
+    the batch's writes at the batch's clock, day 12, where the group's stamp (day 0) is past `exact_days`: it counts
+    D1's growth from nothing, two. D3, an edit of C on day 12, then finds a group of two under `group_cap` 3 and is
+    linked, where `dedup run` (and the same records one per batch) send it to review."""
+    options: dict[str, Any] = {
+        "stages": CHEAP,
+        "group_cap": 3,
+        "retention": RetentionSettings(exact_days=10, verdicts_days=7, bands_days=30),
+    }
+    records = [
+        _market("C", MARKET, T0),
+        _market("M1", MARKET, T0),
+        _market("D1", MARKET, T0 + 9 * DAY + DAY // 2),
+        _market("D2", OTHER, T0 + 12 * DAY),
+        _market("D3", UPDATED, T0 + 12 * DAY + HOUR),
+    ]
+    expected, groups = _file(tmp_path, Settings(**options), records)
+    assert ("D3", "review", "C") in expected, expected  # dedup run: a group of three at the cap
+    got, resources = _service(redis_url, options, [records[:2], records[2:4], records[4:]])
+    try:
+        assert resources.state.group_size("C") == groups["C"]
+        assert got == expected, f"the service gave {got}, dedup run {expected}"
+    finally:
+        resources.close()

@@ -415,6 +415,7 @@ return removed
 #     'M' a marker removed (a growth's once the member's verdict is recorded): marker.
 #     'x' the growth undone, its verdict not recorded (another writer decided the member): marker, doc_id,
 #     members; only where the marker was still there.
+# 'k' the clock the items after it are judged at (what has expired): a batch's document's own (`_Bulk.at`).
 _BULK = (
     """
 local epoch, fences = tonumber(ARGV[1]), tonumber(ARGV[3])
@@ -551,6 +552,9 @@ while a <= #ARGV do
       answer = grow(key, ARGV[a + 3], -tonumber(ARGV[a + 4]), 0)
     end
     a = a + 5
+  elseif code == 'k' then
+    clock = tonumber(ARGV[a + 2])
+    a = a + 3
   else
     return redis.error_reply('unknown item ' .. code)
   end
@@ -1411,13 +1415,22 @@ class RedisStateStore:
         kept = [(doc_id, group) for doc_id, group in groups if doc_id not in skipped]
         ordered = [write for _, group in kept for write in group]
         closers: list[int | None] = []
+        # Each document's writes are judged at the clock it was decided at (its verdict's stamp, `BatchedState.see`),
+        # not at the batch's newest: a group live at a document's time, its growth counted from nothing because a
+        # later document of the batch moved the clock past the group's stamp, made other verdicts than dedup run.
+        clocks: list[int] = []
+        at, wall = clock, time.time()
         for doc_id, group in kept:
             closers += [len(closers) + len(group) - 1 if doc_id is not None else None] * len(group)
+            last = group[-1]
+            if doc_id is not None and isinstance(last, _VERDICTS) and last.link.published_at is not None:
+                at = max(at, clamped(last.link.published_at, wall))
+            clocks += [min(at, applied.clock)] * len(group)
         links = [w.link for d, w in closing.items() if d not in skipped and isinstance(w, VerdictWrite)] if mark else []
         marked = [link for link in links if not link.verdict.canonical]
         read = [doc_id for doc_id in pending if doc_id in closing and doc_id not in skipped]
         try:
-            results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers, (marked, read))
+            results, applied.clock = self._write(ordered, fence.epoch, applied.clock, closers, (marked, read), clocks)
         except redis.ResponseError as exc:
             if str(exc).startswith("FENCED"):
                 raise LeaseLost(f"lease {fence.key} was taken by a newer holder while the batch was written") from None
@@ -1476,6 +1489,7 @@ class RedisStateStore:
         clock: int | None = None,
         closers: Sequence[int | None] | None = None,
         pending: tuple[Sequence[Link], Sequence[str]] = ((), ()),
+        clocks: Sequence[int] | None = None,
     ) -> tuple[list[Any], int]:
         """Carry out `writes` in rounds, each a pipeline of one-slot scripts fenced by `epoch` (0: unfenced):
         the registrations held and the seqs to draw; exact keys and the c: entries of new canonicals; their
@@ -1484,7 +1498,8 @@ class RedisStateStore:
         `closers` (a batch: the index of the verdict closing each write's document) the clock moves to
         `clock` first, and a group grows only for a verdict recorded now. `pending`: the links to leave
         pending from the first round to the last (written with the seqs), and the documents whose pending
-        link from before goes in the last."""
+        link from before goes in the last. `clocks`: the clock each write's document was decided at, at which
+        its exact keys and group are judged (expired or not; None: all at `clock`)."""
         self._ensure_layout()
         results: list[Any] = [None] * len(writes)
         exact_keys: list[int] = []
@@ -1566,6 +1581,7 @@ class RedisStateStore:
 
         bulk = _Bulk(self)
         for i in exact_keys:  # claims and replacements share the x: buckets: in the order they came
+            bulk.at(clocks[i] if clocks is not None else None)
             match writes[i]:
                 case ClaimWrite(keys, canonical_id, published_at):
                     holders: list[Any] = [None] * len(keys)
@@ -1621,6 +1637,7 @@ class RedisStateStore:
                 marked[i] = _marker(canonical, writes[closer].link.doc_id)  # type: ignore[union-attr]
                 day = _day(write.published_at, time.time())  # type: ignore[union-attr]
                 args = (marked[i], canonical, write.count, day)  # type: ignore[union-attr]
+                bulk.at(clocks[i] if clocks is not None else None)
                 bulk.add(self._bucket("g", canonical), "m", args, results, i)
         sinks += bulk.calls(epoch, clock)
         if languages:
@@ -1651,6 +1668,7 @@ class RedisStateStore:
         for i in grows:
             write = writes[i]
             assert isinstance(write, GrowWrite)
+            bulk.at(clocks[i] if clocks is not None else None)
             closer = closers[i] if closers is not None else None
             bucket = self._bucket("g", write.canonical_id)
             if i in marked:
@@ -1953,9 +1971,11 @@ class _Slot:
     """The items of one round in one slot: the buckets they name (numbered from 1), their fence keys, the
     script's arguments so far, and where each answer goes."""
 
-    __slots__ = ("args", "buckets", "fences", "targets")
+    __slots__ = ("args", "at", "buckets", "fences", "targets")
 
     def __init__(self) -> None:
+        self.at: int | None = None
+        """The clock its items are judged at, set by a 'k' item (None: the call's)."""
         self.buckets: dict[str, int] = {}
         self.fences: dict[str, None] = {}
         self.args: list[Any] = []
@@ -1967,10 +1987,11 @@ class _Bulk:
     client far more than the script costs Redis. Items keep their order within a slot, so items on one key
     meet as the writes came."""
 
-    __slots__ = ("_one", "_slots", "_store")
+    __slots__ = ("_at", "_one", "_slots", "_store")
 
     def __init__(self, store: RedisStateStore) -> None:
         self._store = store
+        self._at: int | None = None
         self._slots: dict[int, _Slot] = {}
         self._one = None if isinstance(store._redis, RedisCluster) else _Slot()
         """On one server, the one slot's items (every key is in it)."""
@@ -1990,10 +2011,18 @@ class _Bulk:
             position = items.buckets[bucket] = len(items.buckets) + 1
             items.fences[self._store._fence_key(bucket)] = None  # a dict: each fence once, in order
         queued = items.args
+        if self._at is not None and items.at != self._at:  # the items from here on are judged at another clock
+            items.at = self._at
+            queued += ("k", position, self._at)
+            items.targets.append((None, 0))
         queued.append(code)
         queued.append(position)
         queued += args
         items.targets.append((target, index))
+
+    def at(self, clock: int | None) -> None:
+        """Judge the items added next at `clock`, a document's own (None: as the items before them)."""
+        self._at = clock
 
     def calls(self, epoch: int, clock: int) -> list[tuple[Call, Callable[[Any], None]]]:
         """One fenced call per slot, with what puts its answers in place."""
