@@ -73,18 +73,10 @@ def test_a_relink_interrupted_inside_its_state_writes_is_completed_by_running_it
 # ---------------------------------------------------------------- an id reused once its verdict expired
 
 
-def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candidate_any_more(
-    new_state: Callable[[], StateStore],
-) -> None:
-    """C is a canonical; its verdict expires (`verdicts_days`, 7) while its band entries stay (`bands_days`,
-    30). The crawler then reuses the id C for a copy of another story Z: C is decided afresh, a duplicate of Z.
-    A near-duplicate of C's first text found C's old band entry and was linked to it: a duplicate of a
-    duplicate, a chain. It becomes a canonical of its own (nothing else is near it)."""
-    store = new_state()
+def _decider(store: StateStore) -> Callable[..., Link]:
+    """Decide a document of (title, body) at a time on `store` (stages 1 to 3), the clock moved there, committed."""
     settings = Settings(stages=CHEAP)
     cascade, featurizer = Cascade(settings, store), Featurizer(settings)
-    market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
-    other = ("Another story", _body(7, 99, 200))
 
     def decide(doc_id: str, text: tuple[str, str], at: int, extra: str = "") -> Link:
         article = {"id": doc_id, "url": f"https://x.example.com/{doc_id}/{at}", "title": text[0],
@@ -95,6 +87,21 @@ def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candida
         link = cascade.decide(doc).link
         _commit(store)
         return link
+
+    return decide
+
+
+def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candidate_any_more(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """C is a canonical; its verdict expires (`verdicts_days`, 7) while its band entries stay (`bands_days`,
+    30). The crawler then reuses the id C for a copy of another story Z: C is decided afresh, a duplicate of Z.
+    A near-duplicate of C's first text found C's old band entry and was linked to it: a duplicate of a
+    duplicate, a chain. It becomes a canonical of its own (nothing else is near it)."""
+    store = new_state()
+    decide = _decider(store)
+    market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
+    other = ("Another story", _body(7, 99, 200))
 
     assert decide("C", market, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
@@ -117,20 +124,9 @@ def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candida
 )
 def test_a_canonical_id_reused_for_a_new_story_is_found_by_its_new_text(new_state: Callable[[], StateStore]) -> None:
     store = new_state()
-    settings = Settings(stages=CHEAP)
-    cascade, featurizer = Cascade(settings, store), Featurizer(settings)
+    decide = _decider(store)
     market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
     other = ("Another story", _body(7, 99, 200))
-
-    def decide(doc_id: str, text: tuple[str, str], at: int, extra: str = "") -> Link:
-        article = {"id": doc_id, "url": f"https://x.example.com/{doc_id}/{at}", "title": text[0],
-                   "body": text[1] + extra, "published_at": format_timestamp(at)}  # fmt: skip
-        doc = featurizer.featurize(article, b"", ingest_time=at)
-        assert isinstance(doc, Document)
-        store.advance(at)
-        link = cascade.decide(doc).link
-        _commit(store)
-        return link
 
     assert decide("C", market, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
