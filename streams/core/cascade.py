@@ -223,6 +223,11 @@ class Cascade:
             return doc
         return replace(doc, doc_id=version_id(doc.doc_id, doc.content_hash), version_of=doc.doc_id)
 
+    def standing(self, doc: Document) -> Link | None:
+        """The verdict `doc` already has (read-only): a redelivery gets it again, and neither moves the stream's
+        clock nor is decided afresh; None for a document to decide (a new one, or a new version of its id)."""
+        return self._state.verdict_of(self.identify(doc).doc_id)
+
     def needs_vector(self, doc: Document) -> bool:
         """Whether `decide` will want this document's vector, given the state right now (read-only): one that
         stages 1 to 3 do not link, and one the figure check keeps apart, which becomes a canonical the

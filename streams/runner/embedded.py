@@ -390,7 +390,7 @@ class _Run:
             # A redelivery (its verdict stands) moves it not: it gets its first verdict and writes no link, so
             # a replay of the links could not move it either (nor does the service, whose clock follows what
             # it writes), and a later date on it would expire entries there that a replayed state keeps.
-            if self._state.verdict_of(self._cascade.identify(doc).doc_id) is None:
+            if self._cascade.standing(doc) is None:
                 self._state.advance(clamped(doc.published_at, wall))
             known = self._journalled(doc)
             if isinstance(known, Decision):

@@ -338,7 +338,7 @@ class StageAgent:
     def _see(self, doc: Document) -> None:
         """Decide `doc` at the stream's time with it in (`BatchedState.see`), as `dedup run` does; a redelivery
         (its verdict stands) moves no clock, since it writes nothing that would move it."""
-        if self._state.verdict_of(self._cascade.identify(doc).doc_id) is None:
+        if self._cascade.standing(doc) is None:
             self._state.see(doc.published_at)
 
     def _wanted(
@@ -358,7 +358,7 @@ class StageAgent:
 
     def _redelivered_canonical(self, doc: Document) -> bool:
         """Whether the snapshot holds `doc` as a canonical this model embedded (its vector is written again)."""
-        prior = self._state.verdict_of(self._cascade.identify(doc).doc_id)
+        prior = self._cascade.standing(doc)
         return prior is not None and self._embedded_here(prior)
 
     def _embed(self, docs: list[Document]) -> dict[tuple[str, str], np.ndarray]:
