@@ -73,6 +73,16 @@ def test_a_relink_interrupted_inside_its_state_writes_is_completed_by_running_it
 # ---------------------------------------------------------------- an id reused once its verdict expired
 
 
+def _market() -> tuple[str, str]:
+    """The first day's market report (title, body)."""
+    return MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0])
+
+
+def _other() -> tuple[str, str]:
+    """A story unrelated to the market report."""
+    return "Another story", _body(7, 99, 200)
+
+
 def _decider(store: StateStore) -> Callable[..., Link]:
     """Decide a document of (title, body) at a time on `store` (stages 1 to 3), the clock moved there, committed."""
     settings = Settings(stages=CHEAP)
@@ -99,9 +109,7 @@ def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candida
     A near-duplicate of C's first text found C's old band entry and was linked to it: a duplicate of a
     duplicate, a chain. It becomes a canonical of its own (nothing else is near it)."""
     store = new_state()
-    decide = _decider(store)
-    market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
-    other = ("Another story", _body(7, 99, 200))
+    decide, market, other = _decider(store), _market(), _other()
 
     assert decide("C", market, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
@@ -124,9 +132,7 @@ def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candida
 )
 def test_a_canonical_id_reused_for_a_new_story_is_found_by_its_new_text(new_state: Callable[[], StateStore]) -> None:
     store = new_state()
-    decide = _decider(store)
-    market = (MARKET_EN[0].format(**DAYS[0]), MARKET_EN[1].format(**DAYS[0]))
-    other = ("Another story", _body(7, 99, 200))
+    decide, market, other = _decider(store), _market(), _other()
 
     assert decide("C", market, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
