@@ -364,3 +364,32 @@ def test_every_s_bucket_is_swept_past_a_familys_worth_of_buckets(client: redis.R
             pass
     assert _entries(client, prefix, "s") == 0
     assert _entries(client, prefix, "b") == 0
+
+
+def test_a_document_decided_meanwhile_keeps_the_verdict_that_stands_when_its_batch_sweeps_that_verdict(
+    client: redis.Redis, prefix: str
+) -> None:
+    """An agent before the last reads without the lease: d has no verdict in its snapshot, and another worker records
+    one (d a canonical) before the batch is written. The batch's write leaves d out (decided meanwhile) and its e,
+    8 days later, moves the clock past d's verdict, which the flush's sweep then removes. The flush read what stands
+    for d after that sweep, found nothing and returned no verdict for d: the agent published its own link for d
+    (a duplicate of c), never recorded, beside the canonical verdict d has: two verdicts for one document."""
+    shared = _store(client, prefix)
+    shared.advance(T0)
+    shared.exact_claim(["u:c"], "c", T0)
+    shared.record_verdict(_link("c", T0))
+    batch = BatchedState(shared)
+    batch.warm(Reads(doc_ids=["d", "e"], exact_keys=["u:c"], band_queries=[]))
+    assert batch.verdict_of("d") is None
+    recorded = shared.record_verdict(_link("d", T0))  # another worker, meanwhile
+    batch.grow_group("c", T0)
+    batch.record_verdict(_link("d", T0, canonical="c"))
+    later = T0 + 8 * DAY_S
+    batch.record_verdict(_link("e", later))
+    with RedisLock(client, f"{prefix}lock", ttl_s=5).held() as lease:
+        standing = batch.flush(lease)
+    assert shared.verdict_of("d") is None  # past verdicts_days at e's time: swept
+    stood = standing.get("d")
+    assert stood is not None, f"the flush gave d no verdict: {standing}"
+    assert (stood.verdict, stood.canonical_id, stood.seq) == (Verdict.UNIQUE, "d", recorded.seq)
+    assert shared.group_size("c") == 1

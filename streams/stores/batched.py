@@ -147,17 +147,19 @@ class BatchedState:
 
         Returns the verdict that stands for every document decided in this batch: the
         one recorded now, with its sequence number, or the one someone else recorded
-        first (the caller publishes that one instead of its own). Raises `LeaseLost`
+        first, which the caller publishes instead of its own (`Applied.stood`: read after
+        the batch's sweep, at the clock its newer documents moved, one past `verdicts_days`
+        was none, and the caller published its own link, never recorded). Raises `LeaseLost`
         (and with `exact`, `StaleSnapshot`) when nothing was written: decide again.
         """
         try:
             applied = self._apply(lease, exact, mark=True)
-            standing = self._backend.verdicts_of(applied.lost)
+            standing = dict(applied.stood)
             for doc_id, seq in applied.seqs.items():
                 link = self._verdicts.get(doc_id)
                 if link is not None:
                     standing[doc_id] = replace(link, seq=seq)
-            return {doc_id: link for doc_id, link in standing.items() if link is not None}
+            return standing
         finally:
             self.reset()
 

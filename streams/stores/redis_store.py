@@ -622,6 +622,9 @@ class Applied:
     seqs: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
     """Documents that had a verdict already: none of their writes were applied."""
+    stood: dict[str, Link] = field(default_factory=dict)
+    """The verdict each of `lost` has, judged at the clock before the batch: the batch's newer documents move the
+    clock past it, and the sweep after the batch may remove it, but it is the one its document was given."""
     clock: int = 0
     """The clock once the batch was written (it moves to the batch's newest stamp)."""
 
@@ -1393,7 +1396,8 @@ class RedisStateStore:
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
                 raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
-        applied.lost = [doc_id for doc_id, link in decided.items() if link is not None]
+        applied.stood = {doc_id: link for doc_id, link in decided.items() if link is not None}
+        applied.lost = list(applied.stood)
         skipped = set(applied.lost)
         settled = [*standing, *_settled(groups, decided)]
         unpending = [d for d in pending if d in skipped or (d not in closing and stored[d] is not None)]
@@ -1435,12 +1439,18 @@ class RedisStateStore:
             if str(exc).startswith("FENCED"):
                 raise LeaseLost(f"lease {fence.key} was taken by a newer holder while the batch was written") from None
             raise
+        raced = []
         for write, result in zip(ordered, results, strict=True):
             if isinstance(write, _VERDICTS):
                 if result:
                     applied.seqs[write.link.doc_id] = int(result)
                 elif isinstance(write, VerdictWrite):  # decided meanwhile by a writer without the lease
-                    applied.lost.append(write.link.doc_id)
+                    raced.append(write.link.doc_id)
+        if raced:
+            _, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in raced])
+            found = self._verdicts(raced, values, clock)
+            applied.stood.update((doc_id, link) for doc_id, link in found.items() if link is not None)
+            applied.lost += raced
         return applied
 
     def _older_stamps(
