@@ -27,7 +27,8 @@ from streams.records.article import Featurizer, format_timestamp
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
 from streams.stores.batched import BatchedState
-from streams.stores.redis_store import RedisStateStore
+from streams.stores.redis_lock import RedisLock
+from streams.stores.redis_store import RedisStateStore, StaleSnapshot
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
@@ -268,3 +269,56 @@ def test_a_syndicated_copy_of_a_late_crawl_under_review_shares_its_verdict(new_s
     copy = stream.decide("R-copy", next_day, late, url="https://y.example.com/R")
     assert (copy.verdict, copy.canonical_id, copy.stage) == (Verdict.REVIEW, "K", Stage.CONTENT)
     assert not copy.publishes
+
+
+# ---------------------------------------------------------------- a sweep between an agent's snapshot and its write
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["written-first", "reused-first"])
+def test_a_link_an_agent_read_before_the_sweep_removed_its_canonicals_verdict_never_makes_a_chain(
+    redis_url: str, reused: bool
+) -> None:
+    """A regression guard (this interleaving held): the exact agent reads without the lease, and finds a re-crawl R of
+    C by its URL while C's verdict lives (6 days). Before its write, the last agent moves the clock 8 days past C, its
+    sweep removes C's verdict (its keys live a year), and the crawler may reuse the id C for a copy of Z. Reused
+    first, C is a duplicate when R's link is written: the write must be refused as stale (a duplicate of a duplicate
+    otherwise), and R decided again is no copy of Z. Written first, R is a member of C, so the reused C is registered
+    again, not linked: either way R's link names a canonical."""
+    settings = Settings(stages=CHEAP)
+    prefix = f"t{uuid.uuid4().hex}:"
+    store = RedisStateStore.from_url(redis_url, prefix=prefix, retention=settings.retention)
+    last = Stream(BatchedState(store), settings)
+    assert last.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    agent = BatchedState(store)
+    cascade = Cascade(settings, agent)
+    recrawl = last.doc("R", MARKET, T0 + 6 * DAY_S, url=f"https://x.example.com/C/{T0}")
+
+    def resolved() -> Link | None:
+        agent.warm(cascade.reads([recrawl], Stage.CONTENT))
+        agent.see(recrawl.published_at)
+        decision = cascade.resolve(recrawl, Stage.CONTENT)
+        return None if decision is None else decision.link
+
+    link = resolved()
+    assert link is not None and (link.verdict, link.canonical_id) == (Verdict.DUPLICATE, "C")
+    later = T0 + 8 * DAY_S
+    assert last.decide("Z", OTHER, later).verdict is Verdict.UNIQUE
+    while store.expire():
+        pass
+    assert store.verdicts_at(["C"])[2] == {"C": None} and store.verdicts_at([])[1] is not None  # swept, horizon on
+    lock = RedisLock(store._redis, f"{prefix}lock", 5)
+    if reused:
+        assert last.decide("C", OTHER, later).canonical_id == "Z"
+        with lock.held() as lease, pytest.raises(StaleSnapshot):
+            agent.flush(lease)
+        assert resolved() is None  # C's keys name another text now: R is passed on to the last agent
+        agent.reset()
+        link = last.decide("R", MARKET, T0 + 6 * DAY_S, url=f"https://x.example.com/C/{T0}")
+        assert (link.verdict, link.canonical_id) == (Verdict.UNIQUE, "R")
+    else:
+        with lock.held() as lease:
+            assert agent.flush(lease)["R"].canonical_id == "C"
+        again = last.decide("C", OTHER, later)
+        assert (again.verdict, again.canonical_id) == (Verdict.UNIQUE, "C")  # a canonical with members stays one
+        assert store.group_size("C") == 2
+    _linked_to_a_canonical(store, link)
