@@ -108,6 +108,33 @@ def test_an_exact_copy_of_a_canonical_whose_id_was_reused_for_another_story_is_n
     _linked_to_a_canonical(stream.store, recrawl)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a reused id decided afresh as a canonical of its new text keeps its first text's band entries (registering"
+    " an id again keeps its first seq and entries, on every store) and exact keys, which name it and not the text they"
+    " were made for; telling a reused id from an edited re-crawl of its URL needs the text a key or entry was made"
+    " for, which the state does not keep. Stage 1 to 3 then merge two articles; the compacted articles.deduped keeps"
+    " the new text under the id, so the first one's copies are suppressed with nothing of theirs left in the feed",
+)
+def test_a_copy_of_a_canonical_whose_id_was_reused_for_a_new_story_is_no_copy_of_that_story(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """As above, but the reused id C is given a new story S that is a copy of nothing: C is a canonical again, of S.
+    C's band entries and content key still hold its first text (the market report): its near-duplicate M and its
+    syndicated copy M2 were linked to C, now the story S, and a near-duplicate of S found nothing (S's own band
+    entries were never written)."""
+    stream = Stream(new_state())
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    assert stream.decide("Z", OTHER, later).verdict is Verdict.UNIQUE
+    story = ("A third story", _body(11, 77, 200))
+    assert stream.decide("C", story, later).verdict is Verdict.UNIQUE  # C's verdict expired: the id is S's now
+    assert stream.decide("M", MARKET, later, " More later.").canonical_id != "C"
+    assert stream.decide("M2", MARKET, later, url="https://y.example.com/M2").canonical_id != "C"
+    near = stream.decide("N", story, later, " More later.")
+    assert (near.verdict, near.canonical_id) == (Verdict.DUPLICATE, "C")
+
+
 def test_a_copy_linked_elsewhere_takes_over_the_exact_key_a_reused_id_still_held(
     new_state: Callable[[], StateStore],
 ) -> None:
