@@ -135,6 +135,28 @@ def test_a_group_at_the_cap_sends_near_duplicates_to_review_until_its_group_expi
     assert size == 2  # under review, N joins no group; linked, it joins the group C alone restarts
 
 
+def test_an_id_whose_verdict_expires_by_its_own_time_is_decided_afresh_in_the_batch_that_moves_the_clock(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A is a canonical; X comes a day later. Nine days on, Y and the id A, reused for a copy of X, come in one
+    batch. At A's time its verdict (7 days) has expired: `dedup run` decides it afresh, X's duplicate under its
+    own id. The service read A's verdict with the batch, at the clock before it, and took it for one still given:
+    A was decided as a new version of itself (`A#v...`), another id in the links. (Found by
+    tests/test_random_streams.py.)"""
+    records = [
+        _article("A", MARKET, T0),
+        _article("X", OTHER, T0 + DAY_S),
+        _article("Y", ("A third story", _body(8, 98, 200)), T0 + 10 * DAY_S),
+        _article("A", OTHER, T0 + 10 * DAY_S, url="https://x.example.com/A-again"),
+    ]
+    options = {"stages": CHEAP}
+    expected, _ = _file(tmp_path, Settings(**options), records)
+    assert expected[-1] == ("A", "duplicate", "X")
+    got, resources = _service(redis_url, options, [records[:2], records[2:]])
+    resources.close()
+    assert got == expected
+
+
 # ---------------------------------------------------------------- a member sent again past verdicts_days
 
 

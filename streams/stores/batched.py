@@ -91,6 +91,9 @@ class BatchedState:
     def reset(self) -> None:
         """Forget the snapshot and any unflushed write."""
         self._verdicts: dict[str, Link | None] = {}
+        self._verdict_stamps: dict[str, int] = {}
+        """The stamps the verdicts read from the store age by: one past `verdicts_days` at a document's own time
+        (`see`) is hidden from it, as the store would hide it then."""
         self._exact: dict[str, tuple[str, int] | None] = {}
         """Exact keys read or written in this batch: holder and stamp (None: absent)."""
         self._bands: dict[tuple[str, tuple[int, ...]], list[Canonical]] = {}
@@ -128,8 +131,8 @@ class BatchedState:
         doc_ids = _unique(reads.doc_ids)
         self._stored_clock, self._horizon, verdicts, self._pending = backend.verdicts_at(doc_ids)
         self._pending_read.update(doc_ids)
-        self._verdicts.update(verdicts)
-        self._standing = [(v.canonical_id, d) for d, v in verdicts.items() if v is not None and v.canonical_id != d]
+        self._read_verdicts(verdicts)
+        self._standing = [(v.canonical_id, d) for d, (v, _) in _found(verdicts) if v.canonical_id != d]
         keys = _unique(reads.exact_keys)
         entries = backend.exact_entries(keys)
         self._exact.update({key: entries.get(key) for key in keys})
@@ -137,7 +140,7 @@ class BatchedState:
         queries = _unique(reads.band_queries)
         self._bands.update(zip(queries, backend.band_candidates_many(queries), strict=True))
         holders = _unique(h for h in found.values() if h not in self._verdicts)
-        self._verdicts.update(backend.verdicts_of(holders))
+        self._read_verdicts(backend.verdict_entries(holders))
         # The batch's own documents too: one made a canonical here is joined by its copies later in the batch.
         canonicals = _unique([*found.values(), *(c.doc_id for cs in self._bands.values() for c in cs), *doc_ids])
         self._groups.update(backend.group_entries(canonicals))
@@ -228,8 +231,8 @@ class BatchedState:
         entries, exact keys, group sizes), and the flush moves the stored clock there with the document's stamps.
         Decided at the clock its batch read, a document 31 days after its canonical was linked to it past
         `bands_days`, and a near-duplicate of a group expired by its own time was sent to review (`group_cap`):
-        the same stream gave other verdicts than `dedup run`. (Verdicts read keep the stored clock's view: they
-        carry no stamp here.)"""
+        the same stream gave other verdicts than `dedup run`. Verdicts read with the batch are hidden the same way
+        (`verdict_of`): an id whose verdict expired by its own time is decided afresh, not as a new version of it."""
         self._seen = max(self._seen, clamped(published_at, time.time()))
 
     def advance(self, published_at: int) -> int:
@@ -256,9 +259,20 @@ class BatchedState:
     # StateStore
 
     def verdict_of(self, doc_id: str) -> Link | None:
+        """As the store would answer at the batch's clock: a verdict read with the batch at the clock before it,
+        and past `verdicts_days` by now, is none (its document is decided afresh, as `dedup run` decides it). A
+        verdict recorded in this batch stands for the rest of it, however old (the flush returns it)."""
         if doc_id not in self._verdicts:
-            self._verdicts[doc_id] = self._backend.verdict_of(doc_id)
+            self._read_verdicts(self._backend.verdict_entries([doc_id]))
+        stamp = self._verdict_stamps.get(doc_id)
+        if stamp is not None and expired(stamp, self.clock(), self._backend.keep.verdicts):
+            return None
         return self._verdicts[doc_id]
+
+    def _read_verdicts(self, entries: dict[str, tuple[Link, int] | None]) -> None:
+        for doc_id, entry in entries.items():
+            self._verdicts[doc_id] = None if entry is None else entry[0]
+        self._verdict_stamps.update((doc_id, stamp) for doc_id, (_, stamp) in _found(entries))
 
     def pending_of(self, doc_id: str) -> Link | None:
         """As read with the batch's verdicts: a document not warmed (a new version, under an id of its own)
@@ -276,6 +290,7 @@ class BatchedState:
         flush returns for the document."""
         self._stamped(link.published_at)
         self._verdicts[link.doc_id] = link
+        self._verdict_stamps.pop(link.doc_id, None)
         self._writes.append(VerdictWrite(link))
         return link
 
@@ -368,6 +383,7 @@ class BatchedState:
         assert current is not None
         self._stamped(link.published_at)
         self._verdicts[link.doc_id] = link
+        self._verdict_stamps.pop(link.doc_id, None)
         self._writes.append(ReplaceVerdictWrite(link, current))
         return True
 
@@ -387,6 +403,11 @@ class BatchedState:
             self._groups.update(self._backend.group_entries([canonical_id]))
         size, stamp = self._groups[canonical_id]
         return (1, -1) if size > 1 and expired(stamp, self.clock(), self._backend.keep.exact) else (size, stamp)
+
+
+def _found(entries: dict[str, T | None]) -> list[tuple[str, T]]:
+    """The entries read that were there."""
+    return [(key, entry) for key, entry in entries.items() if entry is not None]
 
 
 def _unique(items: Iterable[T]) -> list[T]:

@@ -1126,15 +1126,22 @@ class RedisStateStore:
 
     def verdicts_of(self, doc_ids: Sequence[str]) -> dict[str, Link | None]:
         """The verdicts of many documents in one round trip (None: not decided, or past its retention)."""
+        return {doc_id: entry and entry[0] for doc_id, entry in self.verdict_entries(doc_ids).items()}
+
+    def verdict_entries(self, doc_ids: Sequence[str]) -> dict[str, tuple[Link, int] | None]:
+        """`verdicts_of`, each verdict with the stamp it ages by (the last second of its day): a batch that
+        decides a later document hides what has expired by that document's time (`BatchedState.see`)."""
         if not doc_ids:
             return {}
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
-        return self._verdicts(doc_ids, values, clock)
+        return self._verdict_entries(doc_ids, values, clock)
 
-    def verdicts_at(self, doc_ids: Sequence[str]) -> tuple[int, int | None, dict[str, Link | None], dict[str, Link]]:
-        """The clock, the sweep's horizon (`verdict_expired`), the verdicts read at that clock and the pending links
-        there are (`pending_of`), in one round trip (a document's p: bucket is in its v: bucket's slot: the same
-        script calls)."""
+    def verdicts_at(
+        self, doc_ids: Sequence[str]
+    ) -> tuple[int, int | None, dict[str, tuple[Link, int] | None], dict[str, Link]]:
+        """The clock, the sweep's horizon (`verdict_expired`), the verdicts read at that clock with their stamps
+        (`verdict_entries`) and the pending links there are (`pending_of`), in one round trip (a document's p:
+        bucket is in its v: bucket's slot: the same script calls)."""
         digests = [hashlib.blake2b(doc_id.encode(), digest_size=8).hexdigest() for doc_id in doc_ids]
         places = [(self._hashed("v", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
         places += [(self._hashed("p", digest), doc_id) for digest, doc_id in zip(digests, doc_ids, strict=True)]
@@ -1145,7 +1152,7 @@ class RedisStateStore:
             for doc_id, value in zip(doc_ids, values[half:], strict=True)
             if value is not None and (link := self._pending_link(doc_id, value, clock)) is not None
         }
-        return clock, _int_or_none(horizon), self._verdicts(doc_ids, values[:half], clock), pending
+        return clock, _int_or_none(horizon), self._verdict_entries(doc_ids, values[:half], clock), pending
 
     def pending_of(self, doc_id: str) -> Link | None:
         """The link a batch stopped between its write rounds began recording for `doc_id` (a duplicate, one
@@ -1164,11 +1171,18 @@ class RedisStateStore:
         return _read_link(doc_id, value[_DAY_HEX + 1 :], self._model_name)
 
     def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
-        verdicts = {}
+        return {doc_id: entry and entry[0] for doc_id, entry in self._verdict_entries(doc_ids, values, clock).items()}
+
+    def _verdict_entries(
+        self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int
+    ) -> dict[str, tuple[Link, int] | None]:
+        entries: dict[str, tuple[Link, int] | None] = dict.fromkeys(doc_ids)
         for doc_id, value in zip(doc_ids, values, strict=True):
-            live = value is not None and not expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.verdicts)
-            verdicts[doc_id] = _read_verdict(doc_id, value, self._model_name) if live else None
-        return verdicts
+            if value is not None:
+                stamp = _day_end(int(value[:_DAY_HEX], 16))
+                if not expired(stamp, clock, self.keep.verdicts):
+                    entries[doc_id] = (_read_verdict(doc_id, value, self._model_name), stamp)
+        return entries
 
     def _field_calls(self, places: Sequence[tuple[str, str]]) -> tuple[list[Call], Callable[[list[Any]], list[Any]]]:
         """HGET of each (hash, field) as one script call per slot, and how to put their answers back in order."""
@@ -1391,8 +1405,18 @@ class RedisStateStore:
             self._went_back(int(counter or 0))
         self._drawn_through = int(counter or 0)
         clock = _bounded(clock)
-        stored = self._verdicts(docs, gather(found), clock)
+        entries = self._verdict_entries(docs, gather(found), clock)
+        stored = {doc_id: entry and entry[0] for doc_id, entry in entries.items()}
         decided = {doc_id: stored[doc_id] for doc_id in closing}
+        # A verdict expired by the time its document was decided at (`BatchedState.see`) was not given: that
+        # document was decided afresh, as dedup run does, and its write must not be taken for a lost race.
+        at, wall = clock, time.time()
+        for doc_id, write in closing.items():
+            if isinstance(write, VerdictWrite) and write.link.published_at is not None:
+                at = max(at, clamped(write.link.published_at, wall))
+                entry = entries[doc_id]
+                if entry is not None and expired(entry[1], at, self.keep.verdicts):
+                    decided[doc_id] = None
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
                 raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
