@@ -247,6 +247,41 @@ def test_an_unlink_and_its_inverse_leave_later_documents_the_verdicts_of_a_state
     assert dump(tmp_path / "rebuilt") == dump(world.state)
 
 
+def test_a_review_cannot_be_confirmed_once_its_suspected_canonicals_id_names_a_duplicate(tmp_path: Path) -> None:
+    """D1 (the next day's report) and its content copy D1-c are under review against K (the figure check), D1 a day
+    after K. K has no members (a review joins no group), so once its verdict expires (7 days, a day before D1's) the
+    crawler's reuse of the id K for a copy of another story Z is decided afresh: K is Z's duplicate. The latest article
+    published as K is still its first text (a duplicate is not published), and a person's `y` made D1 and D1-c
+    duplicates of K, a duplicate: a chain, and the market report merged into Z's group. It is refused, as a link
+    back to a canonical that is no canonical any more is, and `n` still makes D1 a canonical with its copy."""
+    settings = Settings(stages=CHEAP, simhash={"figure_check": "review"})
+    world = CheapWorld(tmp_path, tmp_path / "out", tmp_path / "out" / "state", settings, ToyEmbedder({}))
+    next_day = "2025-12-07"
+    world.run(
+        [_report("K", 0), _report("D1", 1, when=next_day), _report("D1-c", 1, url=URLS + "c", when=next_day)], "out"
+    )
+    assert {d: (r["verdict"], r["canonical_id"]) for d, r in world.latest("out").items() if d != "K"} == {
+        "D1": ("review", "K"),
+        "D1-c": ("review", "K"),
+    }
+    title, body = _other()
+    at = "2025-12-13T20:00:00Z"  # K's verdict has expired, D1's has not
+    reuse = [{"id": doc_id, "url": URLS + f"other/{doc_id}", "title": title, "body": body, "published_at": at}
+             for doc_id in ("Z", "K")]  # fmt: skip
+    world.run(reuse, "reuse")
+    assert (world.latest("reuse")["K"]["verdict"], world.latest("reuse")["K"]["canonical_id"]) == ("duplicate", "Z")
+
+    confirmed = world.relink("r1", decisions=[_label("D1", "K", True)])
+    assert not confirmed.plan.changes, [(c.doc_id, c.link) for c in confirmed.plan.changes]
+    assert [(r.doc_id, r.other) for r in confirmed.plan.refused] == [("D1", "K")]
+    assert "no canonical any more" in confirmed.plan.refused[0].reason
+    unlinked = world.relink("r2", decisions=[_label("D1", "K", False)])
+    assert {c.doc_id: (c.link.verdict, c.link.canonical_id) for c in unlinked.plan.changes} == {
+        "D1": (Verdict.UNLINKED, "D1"),
+        "D1-c": (Verdict.DUPLICATE, "D1"),
+    }
+
+
 # ---------------------------------------------------------------- the stamps of the exact keys a relink moves
 
 

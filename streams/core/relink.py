@@ -339,6 +339,8 @@ class _Planner:
         """`head`, under review against its canonical, becomes its duplicate with its review copies."""
         doc = self._docs[head]
         canonical = doc.link.canonical_id
+        if self._refuse_no_canonical(head, canonical, "suspected"):
+            return
         inside = {head}
         grew = True
         while grew:
@@ -373,15 +375,12 @@ class _Planner:
                 followers.add(other)
             else:
                 gained.add(other)
-        target = self._docs.get(canonical)
         if gained:
             names = ", ".join(sorted(gained)[:3]) + (" ..." if len(gained) > 3 else "")
             why = f"{len(gained)} documents linked to it while it was unlinked ({names}): linking it back would chain"
             self._refuse(head, canonical, why)
             return
-        if target is None or not target.link.verdict.canonical:
-            now = "unknown" if target is None else f"now a {target.link.verdict} of {target.link.canonical_id}"
-            self._refuse(head, canonical, f"its earlier canonical {canonical} is no canonical any more ({now})")
+        if self._refuse_no_canonical(head, canonical, "earlier"):
             return
         inside = {head, *followers}
         moving = {key for member in inside for key in self._keys(member) if self.holder(key) == head}
@@ -399,6 +398,17 @@ class _Planner:
             self._change(other, link, decided_by, f"follows {head} back: {reason}", moving, follows=head)
 
     # -- helpers
+
+    def _refuse_no_canonical(self, head: str, canonical: str, which: str) -> bool:
+        """Refuse linking `head` to `canonical` where that id is no canonical any more; True when refused. Its
+        verdict expired and the crawler reused the id for a copy of another story (decided afresh, a duplicate): a
+        review would be confirmed, or an unlinked document linked back, as a duplicate of a duplicate (a chain)."""
+        target = self._docs.get(canonical)
+        if target is not None and target.link.verdict.canonical:
+            return False
+        now = "unknown" if target is None else f"now a {target.link.verdict} of {target.link.canonical_id}"
+        self._refuse(head, canonical, f"its {which} canonical {canonical} is no canonical any more ({now})")
+        return True
 
     def _uncontested(self, stage: Stage, member: str, canonical: str, inside: set[str]) -> bool:
         """Whether a key held by `canonical` can move: no document staying with it shares the hash
