@@ -21,14 +21,19 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from confluent_kafka import Producer
 
+from streams.core.model import Document, Link, Stage, Verdict
 from streams.core.relink import Cutoff, Label
 from streams.evaluation.corpus import labelled_stream
 from streams.evaluation.stack import Stack
 from streams.kafka.journal import latest as read_topic
-from streams.service.relink import relink_service
+from streams.records.article import Featurizer
+from streams.records.output import deduped_record, link_record
+from streams.service.relink import PublishedArticles, relink_service
 from streams.stores.redis_store import ENTRIES
 from streams.vectors.edge import EdgeVectorStore
+from tests.test_relink import _body
 
 STORIES = 4
 BBC, GUARDIAN, CNBC, NYTIMES = (f"ntrex-{name}" for name in ("bbc.381790", "guardian.221754", "cnbc.com.6790",
@@ -303,3 +308,60 @@ def test_relinking_beside_a_running_worker(make_stack: Callable[[str], Stack]) -
     _wipe(stack)
     _replay(stack)
     assert redis_state(stack) == relinked
+
+
+# ---------------------------------------------------------------- the article a relink publishes, from articles.deduped
+
+
+@pytest.mark.parametrize("deduped", ["decided-and-mirror", "mirror-only", "first-story-only"])
+def test_a_relink_publishes_the_article_its_verdict_was_given_to_or_one_of_its_content(
+    make_stack: Callable[[str], Stack], deduped: str
+) -> None:
+    """`PublishedArticles` (what the service's relink publishes a document it unlinks with, when no candidate record
+    has its article) against a real broker. D is under review (published): its article as decided stands before its
+    mirror's copy sent again later (another URL, the same text); once retention has removed the first, the mirror's
+    copy is published instead, the same text. But where `articles.deduped` holds only another story under D's id (its
+    first story, published before its verdict expired and the crawler reused the id for a near-duplicate of Z,
+    never published), that story was returned: unlinked, D went out with the first story's text and features, and
+    the story its verdict is about never reached the feed. None instead: the relink is refused, nothing published
+    under a verdict it is not."""
+    stack = make_stack("url,content,simhash")
+    stack.create_topics()
+    settings = stack.settings()
+    featurizer = Featurizer(settings)
+
+    def doc(url: str, title: str, body: str) -> Document:
+        article = {"id": "D", "url": url, "title": title, "body": body, "published_at": "2026-11-01T08:00:00Z"}
+        parsed = featurizer.featurize(article, b"", ingest_time=0)
+        assert isinstance(parsed, Document)
+        return parsed
+
+    story, other = ("Market report", _body(3, 1, 150)), ("Another story", _body(7, 99, 200))
+    decided, mirror = doc("https://a.example.com/D", *story), doc("https://mirror.example.com/D", *story)
+    review = Link("D", Verdict.REVIEW, "K", Stage.SIMHASH, 2)
+    now = {
+        "decided-and-mirror": decided,
+        "mirror-only": decided,
+        "first-story-only": doc("https://x.example.com/D", *other),
+    }[deduped]
+    verdict = Link("D", Verdict.DUPLICATE, "Z", Stage.SIMHASH, 2) if deduped == "first-story-only" else review
+
+    def published(doc: Document, link: Link) -> bytes:
+        return orjson.dumps(deduped_record(link, doc))  # as a worker publishes it
+
+    articles = {
+        "decided-and-mirror": [published(decided, review), published(mirror, review)],
+        "mirror-only": [published(mirror, review)],
+        "first-story-only": [published(decided, Link("D", Verdict.UNIQUE, "D"))],
+    }[deduped]
+    producer = Producer({"bootstrap.servers": stack.bootstrap})
+    for value in articles:
+        producer.produce(settings.topics.deduped, value=value, key=b"D")
+    assert producer.flush(30) == 0
+
+    found = PublishedArticles(settings, {"D": link_record(verdict, now, stages=settings.stages)})("D")
+    expected = {"decided-and-mirror": decided, "mirror-only": mirror, "first-story-only": None}[deduped]
+    if expected is None:
+        assert found is None, f"published for D under a verdict on other content: {found and found['title']}"
+    else:
+        assert found is not None and (found["url"], found["body"]) == (expected.article["url"], story[1])

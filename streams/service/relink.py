@@ -296,7 +296,9 @@ class PublishedArticles:
     at a mirror's URL, dated later) under the verdict it had, so the latest article may be one deciding
     never saw; a relink publishes the article as decided, with the features its own link record carries.
     Only where `articles.deduped` no longer holds that article (its retention) is the latest one of the same
-    content published instead.
+    content published instead, and where it holds none of that content, nothing is (the relink is refused): the
+    article left may be another story, published under the id before its verdict expired and the crawler reused
+    it, and published now it went out with the verdict of a story that never reached the feed.
     """
 
     MATCHED = ("url_hash", "content_hash", "published_at")
@@ -310,7 +312,8 @@ class PublishedArticles:
     def __call__(self, doc_id: str) -> dict[str, Any] | None:
         if self._found is None:
             self._found = self._read()
-        return self._found.get(doc_id)
+        article = self._found.get(doc_id)
+        return article if article is not None and self._likeness(article) > 0 else None
 
     def _read(self) -> dict[str, dict[str, Any]]:
         from streams.kafka.journal import latest
