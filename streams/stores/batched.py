@@ -94,6 +94,9 @@ class BatchedState:
         self._verdict_stamps: dict[str, int] = {}
         """The stamps the verdicts read from the store age by: one past `verdicts_days` at a document's own time
         (`see`) is hidden from it, as the store would hide it then."""
+        self._expired_read: dict[str, int | None] = {}
+        """The verdicts read that `verdict_of` found expired by their document's own time, by seq: `apply` lets the
+        fresh verdict replace that one, and no other."""
         self._exact: dict[str, tuple[str, int] | None] = {}
         """Exact keys read or written in this batch: holder and stamp (None: absent)."""
         self._bands: dict[tuple[str, tuple[int, ...]], list[Canonical]] = {}
@@ -179,7 +182,9 @@ class BatchedState:
         """The buffered writes applied (with the markers of the documents read linked already, and the
         pending links read), then the sweep after a batch that wrote."""
         writes, self._writes = self._writes, []
-        applied = self._backend.apply(writes, lease, exact, self._standing, mark, self._pending.keys())
+        applied = self._backend.apply(
+            writes, lease, exact, self._standing, mark, self._pending.keys(), self._expired_read
+        )
         if writes:
             self._sweep(lease, applied.clock)
         return applied
@@ -264,10 +269,11 @@ class BatchedState:
         verdict recorded in this batch stands for the rest of it, however old (the flush returns it)."""
         if doc_id not in self._verdicts:
             self._read_verdicts(self._backend.verdict_entries([doc_id]))
-        stamp = self._verdict_stamps.get(doc_id)
-        if stamp is not None and expired(stamp, self.clock(), self._backend.keep.verdicts):
+        link, stamp = self._verdicts[doc_id], self._verdict_stamps.get(doc_id)
+        if link is not None and stamp is not None and expired(stamp, self.clock(), self._backend.keep.verdicts):
+            self._expired_read[doc_id] = link.seq
             return None
-        return self._verdicts[doc_id]
+        return link
 
     def _read_verdicts(self, entries: dict[str, tuple[Link, int] | None]) -> None:
         for doc_id, entry in entries.items():

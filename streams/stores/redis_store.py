@@ -195,7 +195,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -1356,6 +1356,7 @@ class RedisStateStore:
         standing: Sequence[tuple[str, str]] = (),
         mark: bool = True,
         pending: Collection[str] = (),
+        expired_read: Mapping[str, int | None] | None = None,
     ) -> Applied:
         """Carry out a batch's buffered writes, fenced by `fence`, slot by slot (see the module's "Writes").
 
@@ -1381,6 +1382,9 @@ class RedisStateStore:
         `pending`: the documents of the batch read with a pending link (`verdicts_at`): it goes once
         their verdict stands (recorded now, or found standing); one decided under another id (other
         content: a new version) or passed on to a later stage keeps it for its redelivery.
+        `expired_read`: the documents whose verdict the batch read and found expired by their own time
+        (`BatchedState.verdict_of`), with that verdict's seq: decided afresh, their writes go on while that
+        very verdict is the one stored; another one recorded meanwhile is a lost race, as for any document.
         """
         self._ensure_layout()
         groups = _by_document(writes)
@@ -1405,18 +1409,11 @@ class RedisStateStore:
             self._went_back(int(counter or 0))
         self._drawn_through = int(counter or 0)
         clock = _bounded(clock)
-        entries = self._verdict_entries(docs, gather(found), clock)
-        stored = {doc_id: entry and entry[0] for doc_id, entry in entries.items()}
+        stored = self._verdicts(docs, gather(found), clock)
         decided = {doc_id: stored[doc_id] for doc_id in closing}
-        # A verdict expired by the time its document was decided at (`BatchedState.see`) was not given: that
-        # document was decided afresh, as dedup run does, and its write must not be taken for a lost race.
-        at, wall = clock, time.time()
-        for doc_id, write in closing.items():
-            if isinstance(write, VerdictWrite) and write.link.published_at is not None:
-                at = max(at, clamped(write.link.published_at, wall))
-                entry = entries[doc_id]
-                if entry is not None and expired(entry[1], at, self.keep.verdicts):
-                    decided[doc_id] = None
+        for doc_id, seq in (expired_read or {}).items():
+            if (link := decided.get(doc_id)) is not None and link.seq == seq:
+                decided[doc_id] = None
         for doc_id, expected in replacing.items():
             if decided.pop(doc_id) != expected:
                 raise StaleSnapshot(f"the verdict of {doc_id} changed since the relink was planned")
