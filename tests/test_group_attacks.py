@@ -157,6 +157,29 @@ def test_an_id_whose_verdict_expires_by_its_own_time_is_decided_afresh_in_the_ba
     assert got == expected
 
 
+def test_a_canonical_linked_to_and_reused_later_in_one_batch_does_not_stall_it(tmp_path: Path, redis_url: str) -> None:
+    """C is a canonical; a batch holds D, a copy of C six days on (linked to C), then X, another story, and C's id
+    reused for a copy of X, seven days after D, when C's group (`exact_days` 6) and D's verdict have expired. At
+    its own time C is X's duplicate, as `dedup run` decides. The service's write refused the batch as stale ("D
+    was linked to C, which is no canonical any more"), judging D's link by C's verdict of later in the batch; a
+    batch decided again the same way is refused again: the stream stalled. (Found by
+    tests/test_random_streams.py.)"""
+    retention = RetentionSettings(bands_days=4, exact_days=6, verdicts_days=2)
+    third = ("A third story", _body(8, 98, 200))
+    records = [
+        _article("C", third, T0),
+        _article("D", third, T0 + 6 * DAY_S),
+        _article("X", OTHER, T0 + 13 * DAY_S),
+        _article("C", OTHER, T0 + 13 * DAY_S, url="https://x.example.com/C-again"),
+    ]
+    options = {"stages": CHEAP, "retention": retention}
+    expected, _ = _file(tmp_path, Settings(**options), records)
+    assert expected == [("C", "unique", "C"), ("D", "duplicate", "C"), ("X", "unique", "X"), ("C", "duplicate", "X")]
+    got, resources = _service(redis_url, options, [records[:1], records[1:]])
+    resources.close()
+    assert got == expected
+
+
 # ---------------------------------------------------------------- a member sent again past verdicts_days
 
 

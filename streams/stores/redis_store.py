@@ -1427,12 +1427,16 @@ class RedisStateStore:
         if applied.lost and exact:
             raise StaleSnapshot(f"{len(applied.lost)} documents were decided meanwhile, e.g. {applied.lost[0]}")
         # A link is only ever to a canonical. One found on a snapshot read without the lease may have
-        # stopped being one since (a relink linked it back into another group): decide it again.
+        # stopped being one since (a relink linked it back into another group): decide it again. A target
+        # decided later in the batch is judged as stored: deciding it at its own time saw this link (its group
+        # may have expired by then, as `dedup run` has it), and refusing the batch would refuse it on every retry.
+        before: set[str] = set()
         for doc_id, write in closing.items():
             target = write.link.canonical_id
+            before.add(doc_id)
             if doc_id in skipped or target == doc_id:
                 continue
-            now = closing[target].link if target in closing and target not in skipped else stored[target]
+            now = closing[target].link if target in before and target not in skipped else stored[target]
             if now is not None and not now.verdict.canonical:
                 raise StaleSnapshot(f"{doc_id} was linked to {target}, which is no canonical any more")
         stamps = [p for _, group in groups for p in map(_published_at, group) if p is not None]
