@@ -20,6 +20,7 @@ from streams.config import RetentionSettings, Settings
 from streams.core.model import DAY_S, Stage
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
+from tests.test_relink import published
 from tests.test_runs_across_time import _article, _write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -251,13 +252,17 @@ def test_a_relink_run_twice_writes_once_and_never_links_to_a_duplicate(sample_ou
         )
     )
     state, out2 = sample_out / "state", tmp_path / "out2"
+    # metro-1-updated (a SimHash duplicate) as published elsewhere: the article to publish it unlinked with.
+    updated = next(orjson.loads(line) for line in SAMPLE.read_bytes().splitlines() if b'"metro-1-updated"' in line)
+    articles = tmp_path / "articles.jsonl"
+    articles.write_bytes(orjson.dumps(published(Settings(), updated)) + b"\n")
     args = ["relink", "--state", str(state), "--out", str(out2), "--decisions", str(labels)]
-    first = _dedup(*args, "--articles", str(SAMPLE), "-q")
+    first = _dedup(*args, "--articles", str(articles), "-q")
     assert first.returncode == 0, first.stderr
     groups, written = _groups(state), (out2 / "links.jsonl").read_bytes()
     assert [(r["doc_id"], r["verdict"]) for r in _read(out2 / "links.jsonl")] == [("metro-1-updated", "unlinked")]
     assert first.stderr.count("merging two groups is not done") == 2
-    second = _dedup(*args, "--articles", str(SAMPLE), "-q")
+    second = _dedup(*args, "--articles", str(articles), "-q")
     assert second.returncode == 0, second.stderr
     assert "changed 0 verdicts" in second.stderr
     assert _groups(state) == groups and (out2 / "links.jsonl").read_bytes() == written

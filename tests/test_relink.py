@@ -32,10 +32,12 @@ import qdrant_edge as qe
 
 from streams.config import Settings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
-from streams.core.model import Link, ModelId, Stage, Verdict
+from streams.core.model import Document, Link, ModelId, Stage, Verdict
 from streams.core.ports import StateStore
 from streams.core.relink import Cutoff, Label
 from streams.features.facts import payload_facts
+from streams.records.article import Featurizer, parse_timestamp
+from streams.records.output import deduped_record
 from streams.runner.embedded import RunPaths, locked, run
 from streams.runner.relink import RelinkResult, relink_files
 from streams.runner.replay import replay_files
@@ -304,6 +306,15 @@ class World:
             return candidate["text"]
         finally:
             journal.close()
+
+
+def published(settings: Settings, article: dict[str, Any]) -> dict[str, Any]:
+    """`article` as a deduped.jsonl holds it, with the features `dedup run` publishes an article with: relink
+    publishes only an article of the content its verdict was given to."""
+    at = parse_timestamp(article["published_at"])  # crawled then: a date past the crawl's is taken as the crawl's
+    doc = Featurizer(settings).featurize(article, orjson.dumps(article), ingest_time=at)
+    assert isinstance(doc, Document)
+    return deduped_record(Link(doc.doc_id, Verdict.UNIQUE, doc.doc_id), doc)
 
 
 def _settings() -> Settings:
@@ -585,7 +596,7 @@ def test_a_document_with_no_article_on_record_cannot_be_unlinked(world: World) -
 def test_an_article_published_before_serves_a_document_never_embedded(world: World) -> None:
     """H was never embedded; its article, from a deduped file given, lets it be unlinked."""
     articles = world.folder / "articles.jsonl"
-    articles.write_bytes(orjson.dumps({**DAY_ONE[-1], "features": {"verdict": "duplicate"}}) + b"\n")
+    articles.write_bytes(orjson.dumps(published(world.settings, DAY_ONE[-1])) + b"\n")
     result = world.relink(decisions=[_label("H", "S", False)], articles=[articles])
     assert [c.doc_id for c in result.plan.changes] == ["H"]
     assert "vector" not in world.latest("relinked")["H"]
@@ -891,7 +902,7 @@ def test_any_sequence_of_relinks_keeps_stars_and_replays_exactly(world: World, s
 def test_the_articles_the_state_s_own_run_published_are_found(world: World) -> None:
     """out/state's run wrote out/run.json naming it: its deduped.jsonl is where its documents were published."""
     (world.out / "run.json").write_bytes(orjson.dumps({"state": str(world.state.resolve())}))  # as if run here
-    published = world.out / "deduped.jsonl"
-    published.write_bytes(published.read_bytes() + orjson.dumps({**DAY_ONE[-1], "features": {}}) + b"\n")
+    deduped = world.out / "deduped.jsonl"
+    deduped.write_bytes(deduped.read_bytes() + orjson.dumps(published(world.settings, DAY_ONE[-1])) + b"\n")
     result = world.relink(decisions=[_label("H", "S", False)])  # into another folder
     assert [c.doc_id for c in result.plan.changes] == ["H"]

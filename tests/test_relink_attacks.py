@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from streams.config import Settings
@@ -27,7 +28,17 @@ from streams.runner.replay import replay_files
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
-from tests.test_relink import VECTORS, ToyEmbedder, World, _body, _commit, _settings, assert_stars, dump
+from tests.test_relink import (
+    VECTORS,
+    ToyEmbedder,
+    World,
+    _body,
+    _commit,
+    _settings,
+    assert_stars,
+    dump,
+    published,
+)
 
 
 @pytest.fixture
@@ -173,10 +184,14 @@ def _cheap_day(late: bool = False) -> list[dict]:
 
 
 class CheapWorld(World):
-    """The toy World's runner and relink on the cheap stages; articles for relink from the input itself."""
+    """The toy World's runner and relink on the cheap stages; articles for relink from the first run's input, as
+    published elsewhere (the SimHash stage's duplicates are published nowhere here)."""
 
     def relink(self, out: str = "relinked", **kwargs: Any) -> RelinkResult:
-        return relink_files(self.state, self.folder / out, articles=[self.folder / "out.jsonl"], **kwargs)
+        articles = self.folder / "out.published.jsonl"
+        inputs = [orjson.loads(line) for line in (self.folder / "out.jsonl").read_bytes().splitlines()]
+        articles.write_bytes(b"".join(orjson.dumps(published(self.settings, article)) + b"\n" for article in inputs))
+        return relink_files(self.state, self.folder / out, articles=[articles], **kwargs)
 
 
 def cheap_world(folder: Path, figure_check: str = "apart", late: bool = False) -> CheapWorld:
@@ -280,6 +295,31 @@ def test_a_review_cannot_be_confirmed_once_its_suspected_canonicals_id_names_a_d
         "D1": (Verdict.UNLINKED, "D1"),
         "D1-c": (Verdict.DUPLICATE, "D1"),
     }
+
+
+def test_unlinking_a_reused_id_publishes_no_article_of_the_ids_first_story(tmp_path: Path) -> None:
+    """`dedup relink` on files, as `tests/test_relink_service.py` holds the service to it. D was published with
+    another story; its verdict expired and the crawler reused the id D for a near-duplicate of Z (never published).
+    A person unlinks D: no candidate record (the SimHash stage decided it), and the only article published as D is
+    its first story, which the relink took (the latest of its id, whatever its content) and published under D's
+    new verdict: the first story's text went out again, and the story the verdict is about never reached the
+    feed. Refused instead (no article of D's content on record); nothing is published or changed."""
+    world = CheapWorld(tmp_path, tmp_path / "out", tmp_path / "out" / "state", Settings(stages=CHEAP), ToyEmbedder({}))
+    title, body = _other()
+    first = {"id": "D", "url": URLS + "first/D", "title": title, "body": body, "published_at": "2025-12-06T08:00:00Z"}
+    world.run([first], "out")
+    assert world.latest("out")["D"]["verdict"] == "unique"
+    later = "2025-12-20"  # D's verdict (7 days) has expired
+    world.run([_report("Z", 0, when=later), _report("D", 0, " More later.", when=later)], "reuse")
+    assert (world.latest("reuse")["D"]["verdict"], world.latest("reuse")["D"]["canonical_id"]) == ("duplicate", "Z")
+    before = dump(world.state)
+
+    result = relink_files(world.state, tmp_path / "relinked", decisions=[_label("D", "Z", False)])
+    assert not result.plan.changes, [(c.doc_id, c.article and c.article.get("title")) for c in result.plan.changes]
+    assert [(r.doc_id, r.other) for r in result.plan.refused] == [("D", "Z")]
+    assert "no article on record" in result.plan.refused[0].reason
+    assert not (tmp_path / "relinked" / "deduped.jsonl").exists()
+    assert dump(world.state) == before
 
 
 # ---------------------------------------------------------------- the stamps of the exact keys a relink moves

@@ -126,9 +126,9 @@ def files_review(state: Path, out: Path, articles: list[Path], limit: int | None
             " `dedup replay --state`, has one"
         )
     sources = [*articles, *_run_outputs(state)]
-    published = PublishedArticles([out / "deduped.jsonl", *sources])
     journal = Journal(state)
     try:
+        published = PublishedArticles([out / "deduped.jsonl", *sources], journal.link)
         pairs = review_pairs(journal.links(), journal.candidate, published, limit)
     finally:
         journal.close()

@@ -83,6 +83,24 @@ Current = Callable[[str], Link | None]
 """The state's verdict of a document (`StateStore.verdict_of`): None where it has expired."""
 
 
+PUBLISHED_AS = ("url_hash", "content_hash", "published_at")
+"""The features an article published with a verdict shares with that verdict's link record."""
+
+
+def likeness(article: dict[str, Any], record: dict[str, Any] | None) -> int:
+    """How far `article` (a published record, with its `features`) is the one a document's verdict (`record`, its
+    latest link record) was given to: 2 for the article as decided, 1 for another of the verdict's content (sent
+    again from a mirror, dated later), 0 for any other. A relink publishes only an article above 0: one of other
+    content may be another story, published under the id before its verdict expired and the crawler reused it,
+    and would go out under the verdict of a story that never reached the feed."""
+    features = article.get("features")
+    if record is None or not isinstance(features, dict):
+        return 0
+    if all(features.get(name) == record.get(name) for name in PUBLISHED_AS):
+        return 2
+    return 1 if features.get("content_hash") == record.get("content_hash") else 0
+
+
 class Stale(RuntimeError):
     """The state changed since the relink was planned (the stream moved on): plan it again."""
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ import orjson
 
 from streams.config import Settings
 from streams.core.relink import (
+    PUBLISHED_AS,
     Change,
     Cutoff,
     Label,
@@ -43,6 +45,7 @@ from streams.core.relink import (
     apply,
     change_record,
     check,
+    likeness,
     plan_cutoff,
     plan_decisions,
 )
@@ -121,7 +124,8 @@ def relink_files(
         journal = Journal(state_dir)
         try:
             settle(journal, state)
-            published = PublishedArticles([out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles])
+            sources = [out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles]
+            published = PublishedArticles(sources, journal.link)
             if decisions is not None:
                 plan = plan_decisions(
                     journal.links(), decisions, state.exact_lookup, journal.candidate, published, state.verdict_of
@@ -225,15 +229,20 @@ class _LastRecords:
 
 
 class PublishedArticles:
-    """Articles published before, by id, read from deduped files on first need (the latest wins)."""
+    """Articles published before, by id, read from deduped files on first need: of each document, the one its
+    verdict (its latest link record, `verdict`) was given to, else the latest of the verdict's content, else none
+    (`streams.core.relink.likeness`, the rule the service follows): the latest article of an id may be another
+    story, published before its verdict expired and the crawler reused the id."""
 
-    def __init__(self, sources: Sequence[Path]) -> None:
+    def __init__(self, sources: Sequence[Path], verdict: Callable[[str], dict[str, Any] | None]) -> None:
         self._sources = sources
-        self._found: dict[str, dict[str, Any]] | None = None
+        self._verdict = verdict
+        self._found: dict[str, dict[tuple[Any, ...], dict[str, Any]]] | None = None
+        """Per id, the latest article of each `PUBLISHED_AS` (mostly one), in the order last seen."""
 
     def __call__(self, doc_id: str) -> dict[str, Any] | None:
         if self._found is None:
-            self._found = {}
+            self._found = defaultdict(dict)
             for source in self._sources:
                 if not source.is_file():
                     continue
@@ -243,5 +252,12 @@ class PublishedArticles:
                     except orjson.JSONDecodeError:
                         continue
                     if isinstance(record, dict) and isinstance(record.get("id"), str):
-                        self._found[record["id"]] = {**record, "features": article_features(record)}
-        return self._found.get(doc_id)
+                        features = article_features(record)
+                        seen = self._found[record["id"]]
+                        published_as = tuple(features.get(name) for name in PUBLISHED_AS)
+                        seen.pop(published_as, None)
+                        seen[published_as] = {**record, "features": features}
+        record = self._verdict(doc_id)
+        # The most like the one decided, and the latest of equals (max keeps the first, the order is last seen).
+        best = max(reversed(self._found.get(doc_id, {}).values()), key=lambda a: likeness(a, record), default=None)
+        return best if best is not None and likeness(best, record) > 0 else None

@@ -45,6 +45,7 @@ from streams.core.relink import (
     apply,
     change_record,
     check,
+    likeness,
     plan_cutoff,
     plan_decisions,
     recorded,
@@ -296,13 +297,9 @@ class PublishedArticles:
     at a mirror's URL, dated later) under the verdict it had, so the latest article may be one deciding
     never saw; a relink publishes the article as decided, with the features its own link record carries.
     Only where `articles.deduped` no longer holds that article (its retention) is the latest one of the same
-    content published instead, and where it holds none of that content, nothing is (the relink is refused): the
-    article left may be another story, published under the id before its verdict expired and the crawler reused
-    it, and published now it went out with the verdict of a story that never reached the feed.
+    content published instead, and where it holds none of that content, nothing is (the relink is refused:
+    `streams.core.relink.likeness`).
     """
-
-    MATCHED = ("url_hash", "content_hash", "published_at")
-    """The features an article shares with the link record of the verdict it was published with."""
 
     def __init__(self, settings: Settings, links: dict[str, dict[str, Any]]) -> None:
         self._settings = settings
@@ -325,13 +322,5 @@ class PublishedArticles:
         return self._likeness(later) < self._likeness(kept)
 
     def _likeness(self, article: dict[str, Any]) -> int:
-        """2 for the article as its verdict was decided, 1 for another of the verdict's content (sent again
-        from elsewhere), 0 for any other (an earlier version of the id, or no verdict on record)."""
         doc_id = article.get("id")
-        link = self._links.get(doc_id) if isinstance(doc_id, str) else None
-        features = article.get("features")
-        if link is None or not isinstance(features, dict):
-            return 0
-        if all(features.get(name) == link.get(name) for name in self.MATCHED):
-            return 2
-        return 1 if features.get("content_hash") == link.get("content_hash") else 0
+        return likeness(article, self._links.get(doc_id) if isinstance(doc_id, str) else None)
