@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from streams.config import Settings
 from streams.core.cascade import Cascade
 from streams.core.model import DAY_S, Document, Link, Stage, Verdict
 from streams.core.ports import StateStore
-from streams.core.relink import Label
-from streams.records.article import Featurizer, format_timestamp
+from streams.core.relink import Label, plan_decisions
+from streams.records.article import Featurizer, format_timestamp, parse_timestamp
 from streams.runner.relink import RelinkResult, relink_files
 from streams.runner.replay import replay_files
 from streams.stores.sqlite import SqliteStateStore
@@ -320,6 +321,57 @@ def test_unlinking_a_reused_id_publishes_no_article_of_the_ids_first_story(tmp_p
     assert "no article on record" in result.plan.refused[0].reason
     assert not (tmp_path / "relinked" / "deduped.jsonl").exists()
     assert dump(world.state) == before
+
+
+def test_a_review_confirmed_after_its_suspected_canonicals_id_was_reused_is_planned_again(redis_url: str) -> None:
+    """The service plans `y` for D1, under review against K (the figure check); before the plan is applied, a batch
+    decides the crawler's reuse of the id K (its verdict expired, D1's not) for a copy of another story Z: K is Z's
+    duplicate. `check` only asks whether D1 still has the verdict it was planned on (it has), not whether K is still
+    a canonical; what keeps D1 from becoming a duplicate of a duplicate (a chain) is the fenced write, which refuses a
+    link to a document that is no canonical any more: `relink_service` plans again, and the plan refuses the label.
+    Held here on real Redis through the service's own write, so that a change to either keeps this order safe."""
+    from streams.records.output import link_record
+    from streams.service.relink import _write
+    from streams.stores.batched import BatchedState
+    from streams.stores.redis_store import RedisStateStore, StaleSnapshot
+
+    settings = Settings(stages=CHEAP, simhash={"figure_check": "review"}, redis_prefix=f"t{uuid.uuid4().hex}:")
+    backend = RedisStateStore.from_url(redis_url, prefix=settings.redis_prefix)
+    store, records = BatchedState(backend), []
+    cascade, featurizer = Cascade(settings, store), Featurizer(settings)
+
+    def decide(article: dict[str, Any]) -> Link:
+        at = parse_timestamp(article["published_at"])
+        doc = featurizer.featurize(article, orjson.dumps(article), ingest_time=at)
+        assert isinstance(doc, Document)
+        store.advance(at)
+        link = cascade.decide(doc).link
+        _commit(store)
+        records.append(link_record(link, doc, stages=settings.stages))
+        return link
+
+    try:
+        decide(_report("K", 0))
+        assert decide(_report("D1", 1, when="2025-12-07")).verdict is Verdict.REVIEW
+        plan = plan_decisions(records, [_label("D1", "K", True)], backend.exact_lookup, lambda _: None,
+                              current=backend.verdict_of)  # fmt: skip
+        assert [(c.doc_id, c.link.verdict, c.link.canonical_id) for c in plan.changes] == [
+            ("D1", Verdict.DUPLICATE, "K")
+        ]
+        title, body = _other()
+        at = "2025-12-14T08:00:00Z"  # K's verdict has expired (7 days, counted from the end of its day), D1's not
+        for doc_id in ("Z", "K"):
+            decide({"id": doc_id, "url": URLS + f"other/{doc_id}", "title": title, "body": body, "published_at": at})
+        assert (backend.verdict_of("K").verdict, backend.verdict_of("K").canonical_id) == (Verdict.DUPLICATE, "Z")
+
+        with pytest.raises(StaleSnapshot, match="no canonical any more"):
+            _write(settings, backend._redis, backend, None, plan, RelinkResult(plan))
+        assert backend.verdict_of("D1").verdict is Verdict.REVIEW
+        again = plan_decisions(records, [_label("D1", "K", True)], backend.exact_lookup, lambda _: None,
+                               current=backend.verdict_of)  # fmt: skip
+        assert not again.changes and "no canonical any more" in again.refused[0].reason
+    finally:
+        backend.close()
 
 
 # ---------------------------------------------------------------- the stamps of the exact keys a relink moves
