@@ -27,7 +27,7 @@ import pytest
 
 from streams.config import RetentionSettings, Settings
 from streams.core.model import DAY_S
-from tests.test_figure_check import CHEAP, DAYS, MARKET_EN, T0
+from tests.test_figure_check import CHEAP, DAYS, DAYS_BN, MARKET_BN, MARKET_EN, T0
 from tests.test_group_attacks import MARKET, OTHER, UPDATED, Verdicts, _article, _file, _service
 from tests.test_relink import _body
 
@@ -38,9 +38,13 @@ STORIES: dict[str, tuple[str, tuple[str, str]]] = {
     "other": ("O", OTHER),
     "other-edit": ("O", (OTHER[0], OTHER[1] + " Updated at noon.")),
     "third": ("T", ("A third story", _body(8, 98, 200))),
+    "bangla-market": ("B", (MARKET_BN[0].format(**DAYS_BN[0]), MARKET_BN[1].format(**DAYS_BN[0]))),
+    "bangla-market-edit": ("B", (MARKET_BN[0].format(**DAYS_BN[0]), MARKET_BN[1].format(**DAYS_BN[0]) + " আপডেট।")),
+    "bangla-market-next-day": ("B2", (MARKET_BN[0].format(**DAYS_BN[1]), MARKET_BN[1].format(**DAYS_BN[1]))),
 }
 """Texts by name, each with its article: the texts of one article are copies or near-duplicates of each other;
-two articles never are (the next day's market report differs from the first only in its figures)."""
+two articles never are (the next day's market report differs from the first only in its figures). English and
+Bangla: bands and thresholds are per language."""
 RETENTION = RetentionSettings(bands_days=4, exact_days=6, verdicts_days=2)
 REUSED = ("a", "b", "c")
 """Ids a crawler reuses for whatever it crawls next, once their band entries are gone."""
