@@ -298,6 +298,35 @@ def test_a_syndicated_copy_of_a_late_crawl_under_review_shares_its_verdict(new_s
     assert not copy.publishes
 
 
+# ---------------------------------------------------------------- band entries of an id reused once they expired
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_an_id_reused_once_its_band_entries_expired_is_registered_with_its_new_texts_entries(
+    redis_url: str, kind: str
+) -> None:
+    """C, a market report, is a canonical; 8 days later (band entries kept 4, exact keys 6, verdicts 2) the crawler
+    reuses the id C for another story, a canonical again, before any sweep removed C's first row. SQLite registered
+    it again onto that expired row (ON CONFLICT kept the row's fingerprint, its bands and figures, and gave it the
+    new stamp): the market report's band entries came back to life under C, now the other story. An edit of the
+    market report was linked to C, two articles merged, and an edit of the other story found nothing. Redis
+    registers an id whose entry expired anew (`dead` in `RedisStateStore._write`)."""
+    settings = Settings(stages=CHEAP, retention=RetentionSettings(bands_days=4, exact_days=6, verdicts_days=2))
+    if kind == "sqlite":
+        store: StateStore = SqliteStateStore(":memory:", retention=settings.retention)
+    else:
+        store = RedisStateStore.from_url(redis_url, prefix=f"t{uuid.uuid4().hex}:", retention=settings.retention)
+    stream = Stream(store, settings)
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    reused = stream.decide("C", OTHER, later)
+    assert (reused.verdict, reused.canonical_id) == (Verdict.UNIQUE, "C")
+    edit = stream.decide("M", MARKET, later, " More later.")
+    assert (edit.verdict, edit.canonical_id) == (Verdict.UNIQUE, "M"), f"the market report's edit: {edit}"
+    near = stream.decide("N", OTHER, later, " More later.")
+    assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "C", Stage.SIMHASH)
+
+
 # ---------------------------------------------------------------- a sweep between an agent's snapshot and its write
 
 

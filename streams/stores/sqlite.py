@@ -180,7 +180,9 @@ class SqliteStateStore:
         """Exact keys read since the last commit (None: absent), so a claim after a lookup costs no read."""
         self._packed: dict[str, bytes] = {}
         """`_packed` of the keys read since the last commit: `commit` writes them without hashing them again."""
-        self._canonicals: list[tuple[Canonical, Sequence[int]]] = []
+        self._canonicals: list[tuple[Canonical, Sequence[int], int | None]] = []
+        """Canonicals registered since the last commit: their bands, and the oldest band stamp visible then (None:
+        kept forever), below which a row of the same id had expired when it was registered again."""
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
         self._groups: dict[str, tuple[int, int | None]] = {}
         """Group sizes changed since the last commit, with their stamps."""
@@ -237,13 +239,20 @@ class SqliteStateStore:
             self._figures = True
             self.__dict__.pop("_band_select", None)  # made without the column
         if self._canonicals:  # (a statement is prepared even for no rows: it must fit the table)
-            # Registered again (it was a canonical whose verdict expired): its first seq stays, its stamp moves on.
             db.executemany(
-                f"INSERT INTO canonicals VALUES (?, ?, ?, ?, {'?, ' * len(self.band_layout.tables)}?, ?)"
-                " ON CONFLICT (doc_id) DO UPDATE SET stamp = MAX(COALESCE(stamp, 0), excluded.stamp)",
+                self._canonical_upsert,
                 [
-                    (c.seq, c.doc_id, _to_signed(c.simhash), c.language, *bands, c.published_at, _to_signed(c.figures))
-                    for c, bands in self._canonicals
+                    (
+                        c.seq,
+                        c.doc_id,
+                        _to_signed(c.simhash),
+                        c.language,
+                        *bands,
+                        c.published_at,
+                        _to_signed(c.figures),
+                        since,
+                    )
+                    for c, bands, since in self._canonicals
                 ],
             )
         # A group back to its canonical alone has no row, as if it had never grown.
@@ -519,6 +528,27 @@ class SqliteStateStore:
         columns = f"doc_id, simhash, language, seq, stamp, {self._figures_column}"
         return f"SELECT {columns} FROM canonicals WHERE ({where}) AND language = ?"
 
+    @cached_property
+    def _canonical_upsert(self) -> str:
+        """`commit`'s statement for a canonical, its last parameter the band stamp visible when it was registered.
+        Registered again while its row lives (a canonical with members, its verdict expired), its first seq and
+        entries stay and its stamp moves on. Registered over a row that had expired, not yet swept, it replaces the
+        row whole, as after the sweep (and as Redis registers an id whose entry expired): kept, the row's old
+        fingerprint would come back to life under an id reused for another text."""
+        columns = ["seq", "doc_id", "simhash", "language", *(f"b{i}" for i in range(len(self.band_layout.tables)))]
+        columns += ["stamp", "figures"]
+        since = f"?{len(columns) + 1}"
+        replaced = ", ".join(
+            f"{column} = iif(stamp < {since}, excluded.{column}, {column})"
+            for column in columns
+            if column not in ("doc_id", "stamp")
+        )
+        values = ", ".join(f"?{i + 1}" for i in range(len(columns)))
+        return (
+            f"INSERT INTO canonicals ({', '.join(columns)}) VALUES ({values})"
+            f" ON CONFLICT (doc_id) DO UPDATE SET {replaced}, stamp = MAX(COALESCE(stamp, 0), excluded.stamp)"
+        )
+
     @property
     def _figures_column(self) -> str:
         """What a read selects for a canonical's figures: the column, or NULL while a state folder of the release
@@ -534,16 +564,18 @@ class SqliteStateStore:
         published_at: int,
         figures: int = 0,
     ) -> None:
-        """Register a canonical; registering one again keeps its first `seq` (and its later stamp)."""
+        """Register a canonical; registering one again keeps its first `seq` (and its later stamp) while its row
+        lives, and replaces a row past `bands_days` (`_canonical_upsert`)."""
         canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at), figures)
         self._next_seq += 1
-        self._canonicals.append((canonical, tuple(bands)))
+        since = self._since["canonicals"]
+        self._canonicals.append((canonical, tuple(bands), None if since == -math.inf else int(since)))
         for band in enumerate(bands):  # the keys it is stored under: a lookup's `near` keys find it
             self._bands[band].append(canonical)
 
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
         self._removed.add(canonical_id)
-        self._canonicals = [(c, b) for c, b in self._canonicals if c.doc_id != canonical_id]
+        self._canonicals = [entry for entry in self._canonicals if entry[0].doc_id != canonical_id]
         for band in enumerate(bands):
             pending = self._bands.get(band)
             if pending:
