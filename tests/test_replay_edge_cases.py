@@ -96,6 +96,29 @@ def test_a_rerun_replay_is_idempotent_for_a_duplicate_whose_verdict_expired(clie
     assert (_store(client, stack).group_size("C"), second.restored) == (size_after_first, 0)
 
 
+# --- an id reused: its old members' links are history, not chains ---------------------------------------------
+
+
+def test_a_member_of_an_id_later_reused_for_a_review_is_no_chain_to_report(client: redis.Redis, stack: Stack) -> None:
+    """C is a canonical and D its duplicate; a year and more later (exact keys and groups kept 365 days) the
+    crawler reuses the id C for a near-copy of B, sent to review against B. Compaction keeps C's latest record
+    only, so the replay restored D's link to C and then C as a review, in one batch: it reported D's record as
+    skipped, "a chain". Live there never was one: C was decided again only once D's membership had expired (a
+    canonical with members is never linked). D's link is history: passed over, reported as nothing."""
+    later = format_timestamp(T0 + 400 * DAY_S)
+    canonical = _link("C", seq=1)
+    member = _link("D", seq=2, verdict="duplicate", canonical_id="C", stage="url", url_hash=canonical["url_hash"])
+    other = _link("B", seq=3, published_at=later)
+    reused = _link("C", seq=4, verdict="review", canonical_id="B", stage="simhash", score=0, published_at=later)
+    _produce(stack, [canonical, member, other, reused])
+    stats = replay_links(stack.settings(), client, None, prefix=f"{stack.name}:")
+    assert (stats.documents, stats.bad) == (3, [])
+    store = _store(client, stack)
+    assert store.verdict_of("D") is None and store.group_size("C") == 1
+    held = store.verdict_of("C")
+    assert held is not None and (held.verdict, held.canonical_id) == (Verdict.REVIEW, "B")
+
+
 # --- bad records crash the replay ------------------------------------------------------------------------
 
 

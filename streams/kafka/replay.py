@@ -599,7 +599,7 @@ class Restorer:
             exact_keys=[key for r in batch for key in (URL_KEY + r.url_hash, CONTENT_KEY + r.content_hash)],
             band_queries=[],
         )
-        refused: dict[int, str] = {}
+        refused: dict[int, str | bool] = {}
         try:
             with self._lock.held() as lease:
                 self._own()  # under the registration lease: a replay that took over waits for it to write
@@ -615,18 +615,18 @@ class Restorer:
             half = len(batch) // 2
             return self._restore(batch[:half]) + self._restore(batch[half:])
 
-    def _attempt(self, batch: list[Recorded], reads: Reads, refused: dict[int, str]) -> list[bool | str] | None:
-        """`batch` restored into a fresh snapshot but for the links `refused` (why, by position). None when one
-        more is refused after it was restored in part, or when a link restored goes to a document that a later
-        link of the batch made no canonical (the store would refuse the whole batch): what the snapshot holds
-        is dropped, and the batch is restored again without it."""
+    def _attempt(self, batch: list[Recorded], reads: Reads, refused: dict[int, str | bool]) -> list[bool | str] | None:
+        """`batch` restored into a fresh snapshot but for the links `refused` (why, by position; False: passed
+        over, see `_outlived`). None when one more is refused after it was restored in part, or when a link
+        restored goes to a document that a later link of the batch made no canonical (the store would refuse
+        the whole batch): what the snapshot holds is dropped, and the batch is restored again without it."""
         state = self._batched
         state.warm(reads)
         state.warm_groups(r.link.canonical_id for r in batch if r.link.verdict is Verdict.DUPLICATE)
         state.warm_verdicts(r.link.canonical_id for r in batch if not r.link.verdict.canonical)
         done: list[bool | str] = []
         for i, recorded in enumerate(batch):
-            why = refused.get(i) or self._chained(recorded.link)
+            why = refused[i] if i in refused else self._chained(recorded.link)
             if why is None:
                 try:
                     done.append(restore(recorded, state, self._vectors, self._retention, self._applied))
@@ -636,9 +636,22 @@ class Restorer:
                     return None
             refused[i] = why
             done.append(why)
-        later = {i: why for i, r in enumerate(batch) if done[i] is True and (why := self._chained(r.link))}
+        later = {
+            i: not self._outlived(r, batch[i + 1 :]) and why
+            for i, r in enumerate(batch)
+            if done[i] is True and (why := self._chained(r.link))
+        }
         refused.update(later)
         return None if later else done
+
+    def _outlived(self, member: Recorded, after: list[Recorded]) -> bool:
+        """Whether `member`'s link to its canonical had expired when a later link of the batch made that
+        canonical no canonical: its place in the group (stamped with its `published_at`, kept with the exact
+        keys) was gone then, as a canonical with members is never linked. Its id reused, the canonical's first
+        record was compacted away: the link is history, not a chain, and is passed over (the live state holds
+        nothing of it that is not past its retention)."""
+        again = next((r for r in after if r.link.doc_id == member.link.canonical_id), None)
+        return again is not None and self.state.stale(self.state.keep.exact, member.published_at, again.verdict_stamp)
 
     def _chained(self, link: Link) -> str | None:
         """Why `link` would make a chain (it links to a document that is no canonical in the snapshot, as the
