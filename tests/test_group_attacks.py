@@ -135,6 +135,31 @@ def test_a_group_at_the_cap_sends_near_duplicates_to_review_until_its_group_expi
     assert size == 2  # under review, N joins no group; linked, it joins the group C alone restarts
 
 
+def test_a_review_whose_suspected_canonical_is_linked_later_in_its_batch_is_written(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """B is a canonical (the next day's market report); D, the first day's report (other figures), goes to review
+    against it (`figure_check = "review"`). Later, each past its retention (band entries 4 days, exact keys 6,
+    verdicts 2), E is a copy of D's text and the crawler reuses the id B for an edit of it: B is E's duplicate. In
+    one batch the service refused its own writes: D "was linked to B, which is no canonical any more", judged by
+    B's verdict at the end of the batch rather than the one B had when D was decided, and the batch, decided
+    again, was refused again: the stream stopped there. `dedup run`, and the service one record a batch, write them."""
+    retention = RetentionSettings(bands_days=4, exact_days=6, verdicts_days=2)
+    next_day = (MARKET_EN[0].format(**DAYS[1]), MARKET_EN[1].format(**DAYS[1]))
+    records = [
+        _article("B", next_day, T0),
+        _article("D", MARKET, T0 + 3 * DAY_S),
+        _article("E", MARKET, T0 + 9 * DAY_S),
+        _article("B", UPDATED, T0 + 13 * DAY_S, url="https://x.example.com/B/again"),
+    ]
+    options = {"stages": CHEAP, "retention": retention, "simhash": {"figure_check": "review"}}
+    expected, _ = _file(tmp_path, Settings(**options), records)
+    assert expected == [("B", "unique", "B"), ("D", "review", "B"), ("E", "unique", "E"), ("B", "duplicate", "E")]
+    got, resources = _service(redis_url, options, [records[:1], records[1:]])  # B once a batch: README's limits
+    resources.close()
+    assert got == expected
+
+
 def test_an_id_whose_verdict_expires_by_its_own_time_is_decided_afresh_in_the_batch_that_moves_the_clock(
     tmp_path: Path, redis_url: str
 ) -> None:
