@@ -32,7 +32,7 @@ from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
 from streams.service.resources import Resources
 from streams.service.stages import Agent, Incoming, StageAgent
-from tests.test_random_streams import OPTIONS, _batches, _stream
+from tests.test_random_streams import OPTIONS, _batches, drawn
 
 STATE_ROWS = (
     "SELECT value FROM meta WHERE name = 'clock'",
@@ -47,13 +47,7 @@ STATE_ROWS = (
 def _drawn(seed: int) -> tuple[random.Random, list[dict[str, Any]], str, dict[str, Any]]:
     """The seed's generator, its stream's records, how a failure shows them, and the settings it varies: a small
     group cap and the figure check's review bring reviews, whose keys a replay stamps its own way."""
-    rng = random.Random(seed)
-    stream = _stream(rng)
-    records = [{k: v for k, v in s.record.items() if k != "_at"} for s in stream]
-    shown = [
-        (r["id"], r["published_at"][:10], s.article, r["url"].rpartition("/")[2])
-        for r, s in zip(records, stream, strict=True)
-    ]
+    rng, _, records, shown = drawn(seed)
     options = {"group_cap": rng.choice([1, 2, 1000]), "figure_check": rng.choice(["apart", "review", "off"])}
     return rng, records, f"seed {seed}: {shown}, {options}", options
 

@@ -124,10 +124,9 @@ def _check_stars(seed: int, stream: list[Sent], verdicts: Verdicts) -> None:
         holding[doc_id] = (verdict, sent.article)
 
 
-@pytest.mark.parametrize("seed", range(400))
-def test_a_random_hostile_stream_gets_the_same_star_shaped_verdicts_on_every_store(
-    tmp_path: Path, redis_url: str, seed: int
-) -> None:
+def drawn(seed: int) -> tuple[random.Random, list[Sent], list[dict[str, Any]], list[tuple[str, ...]]]:
+    """A seed's stream: its generator (for what a test draws next), the stream, its records as sent, and how a
+    failure shows them (id, date, article, page)."""
     rng = random.Random(seed)
     stream = _stream(rng)
     records = [{k: v for k, v in s.record.items() if k != "_at"} for s in stream]
@@ -135,6 +134,14 @@ def test_a_random_hostile_stream_gets_the_same_star_shaped_verdicts_on_every_sto
         (r["id"], r["published_at"][:10], s.article, r["url"].rpartition("/")[2])
         for r, s in zip(records, stream, strict=True)
     ]
+    return rng, stream, records, shown
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_a_random_hostile_stream_gets_the_same_star_shaped_verdicts_on_every_store(
+    tmp_path: Path, redis_url: str, seed: int
+) -> None:
+    rng, stream, records, shown = drawn(seed)
     options = {**OPTIONS, "group_cap": rng.choice([100, 2, 3])}  # a small cap sends near-duplicates to review
     got, resources = _service(redis_url, options, _batches(rng, records))
     resources.close()
