@@ -1126,15 +1126,16 @@ class RedisStateStore:
 
     def verdicts_of(self, doc_ids: Sequence[str]) -> dict[str, Link | None]:
         """The verdicts of many documents in one round trip (None: not decided, or past its retention)."""
-        return {doc_id: entry and entry[0] for doc_id, entry in self.verdict_entries(doc_ids).items()}
+        return _links(self.verdict_entries(doc_ids))
 
-    def verdict_entries(self, doc_ids: Sequence[str]) -> dict[str, tuple[Link, int] | None]:
+    def verdict_entries(self, doc_ids: Sequence[str], at: int | None = None) -> dict[str, tuple[Link, int] | None]:
         """`verdicts_of`, each verdict with the stamp it ages by (the last second of its day): a batch that
-        decides a later document hides what has expired by that document's time (`BatchedState.see`)."""
+        decides a later document hides what has expired by that document's time (`BatchedState.see`). `at`:
+        judged at that clock rather than the stored one."""
         if not doc_ids:
             return {}
         clock, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in doc_ids])
-        return self._verdict_entries(doc_ids, values, clock)
+        return self._verdict_entries(doc_ids, values, clock if at is None else at)
 
     def verdicts_at(
         self, doc_ids: Sequence[str]
@@ -1169,9 +1170,6 @@ class RedisStateStore:
         if expired(_day_end(int(value[:_DAY_HEX], 16)), clock, self.keep.verdicts):
             return None
         return _read_link(doc_id, value[_DAY_HEX + 1 :], self._model_name)
-
-    def _verdicts(self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int) -> dict[str, Link | None]:
-        return {doc_id: entry and entry[0] for doc_id, entry in self._verdict_entries(doc_ids, values, clock).items()}
 
     def _verdict_entries(
         self, doc_ids: Sequence[str], values: Sequence[str | None], clock: int
@@ -1409,7 +1407,7 @@ class RedisStateStore:
             self._went_back(int(counter or 0))
         self._drawn_through = int(counter or 0)
         clock = _bounded(clock)
-        stored = self._verdicts(docs, gather(found), clock)
+        stored = _links(self._verdict_entries(docs, gather(found), clock))
         decided = {doc_id: stored[doc_id] for doc_id in closing}
         for doc_id, seq in (expired_read or {}).items():
             if (link := decided.get(doc_id)) is not None and link.seq == seq:
@@ -1472,9 +1470,8 @@ class RedisStateStore:
                 elif isinstance(write, VerdictWrite):  # decided meanwhile by a writer without the lease
                     raced.append(write.link.doc_id)
         if raced:
-            _, values = self._read([(self._bucket("v", doc_id), doc_id) for doc_id in raced])
-            found = self._verdicts(raced, values, clock)
-            applied.stood.update((doc_id, link) for doc_id, link in found.items() if link is not None)
+            found = self.verdict_entries(raced, at=clock)
+            applied.stood.update((doc_id, entry[0]) for doc_id, entry in found.items() if entry is not None)
             applied.lost += raced
         return applied
 
@@ -2241,6 +2238,11 @@ def _verdict_value(link: Link, model: str) -> str:
     score = "" if link.score is None else repr(float(link.score))
     content = link.content or _NO_CONTENT
     return f"{_VERDICT_CODE[link.verdict]}{_STAGE_CODE[link.stage]}{content}{score};{len(canonical)};{canonical}{model}"
+
+
+def _links(entries: dict[str, tuple[Link, int] | None]) -> dict[str, Link | None]:
+    """The verdicts of `verdict_entries`, without their stamps."""
+    return {doc_id: entry and entry[0] for doc_id, entry in entries.items()}
 
 
 def _read_verdict(doc_id: str, value: str, model_name: Callable[[str], str]) -> Link:
