@@ -1,17 +1,15 @@
 """`python -m streams` and the `dedup` command (`main`)."""
 
-import sys
-
 
 def main() -> None:
-    """The `dedup` command. Ctrl-C while its modules load (numpy, numba, pydantic: most of a second), before a
-    command could run, ends in one line and exit 130, as one during a command does, not in a traceback of
-    the import machinery."""
-    try:
-        from streams.cli import app
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted before any command ran: nothing was written\n")
-        raise SystemExit(130) from None
+    """The `dedup` command. Ctrl-C while its modules load (numpy, numba, pydantic: most of a second) and typer
+    reads the command line is remembered and raised once the command starts (`streams.runner.interrupts`):
+    one line and exit 130, as one during a command, not a traceback of the import machinery."""
+    from streams.runner.interrupts import deferred
+
+    deferred()
+    from streams.cli import app
+
     app()
 
 

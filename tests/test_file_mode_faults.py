@@ -107,3 +107,60 @@ def test_ctrl_c_while_the_command_starts_is_no_traceback(tmp_path: Path) -> None
     _, stderr = process.communicate(timeout=60)
     assert "Traceback" not in stderr, stderr[-400:]
     assert process.returncode == 130, (process.returncode, stderr[-400:])
+
+
+CTRL_C_AT = """
+import importlib.abc, os, signal, sys
+import typer
+
+where = sys.argv.pop(1)
+
+
+def ctrl_c_in_a_string():  # as a Ctrl-C landing while code compiled from a string runs: no other way to aim it
+    exec("os.kill(os.getpid(), signal.SIGINT); [n for n in range(2_000_000)]", {"os": os, "signal": signal})
+
+
+if where == "annotations":  # typer evaluates each option's annotation, a string, before the command starts
+    option = typer.Option
+
+    def aimed(*args, **kwargs):
+        typer.Option = option
+        ctrl_c_in_a_string()
+        return option(*args, **kwargs)
+
+    typer.Option = aimed
+else:  # a module the command imports as it starts, whose import runs code from a string (a dataclass's)
+
+    class Aim(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == where:
+                sys.meta_path.remove(self)
+                ctrl_c_in_a_string()
+            return None
+
+    sys.meta_path.insert(0, Aim())
+sys.argv = ["dedup", *sys.argv[1:]]
+from streams.__main__ import main
+
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["annotations", "streams.runner.embedded"])
+def test_ctrl_c_inside_code_compiled_from_a_string_is_one_line_and_code_130(tmp_path: Path, where: str) -> None:
+    """A Ctrl-C that landed in code `exec` or `eval` ran from a string (typer evaluating a command's annotations,
+    a dataclass made as a module loads) was said in one line, and the process then killed itself with SIGINT
+    (exit -2, not 130): CPython 3.11 marks such an interrupt unhandled even once it is. One in typer's reading of
+    the annotations outside a command's one-line errors was a traceback. Both were seen stopping `dedup replay`
+    at random points; here the Ctrl-C is aimed at each place: while the CLI loads, and as the command starts."""
+    sample = Path(__file__).resolve().parents[1] / "examples" / "articles.jsonl"
+    (tmp_path / "aimed_ctrl_c.py").write_text(CTRL_C_AT)
+    done = subprocess.run(  # -m as `python -m streams` runs: CPython checks that mark only then
+        [sys.executable, "-m", "aimed_ctrl_c", where, "run", str(sample), "--out", str(tmp_path / "out"), *CHEAP],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stderr.count("\n")) == (130, 1), (done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("interrupted"), done.stderr

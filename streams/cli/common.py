@@ -28,6 +28,7 @@ from rich.progress import (
 from rich.text import Text
 
 from streams.core.model import Stage
+from streams.runner.interrupts import raising
 
 app = typer.Typer(
     help="Deduplicate news streams with a cost-ordered cascade: URL, content hash, SimHash, embeddings.",
@@ -81,7 +82,8 @@ def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return command(*args, **kwargs)
+            with raising():
+                return command(*args, **kwargs)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'settings'}: "

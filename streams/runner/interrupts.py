@@ -1,12 +1,77 @@
-"""Ctrl-C held to the boundaries where stopping is safe (`Interrupts`)."""
+"""Ctrl-C held to the boundaries where stopping is safe: never inside an import or code compiled from a string
+(`interrupt`), not before a command starts (`deferred`, `raising`), not inside what a command holds
+(`Interrupts`)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+STRING_CODE = ("<string>", "<module>")
+"""Where `exec` and `eval` run a string's code (a function it defines is named otherwise, and is safe)."""
+
+RETRY_S = 0.05
+"""How soon a Ctrl-C that landed inside an import or a string's code is sent again."""
+
+
+def _inside_an_import_or_a_string(frame: FrameType | None) -> bool:
+    """Whether a KeyboardInterrupt raised in `frame` would unwind through an import or through `exec` or `eval`
+    of a string (a dataclass made as its module loads, typer reading a command's annotations). The first leaves
+    a module half made: scipy's failed as a TypeError with a traceback. The second, in CPython 3.11 under
+    `python -m`, marks the interrupt unhandled even once it is (`_Py_UnhandledKeyboardInterrupt`, set in
+    `run_eval_code_obj`): after its one line the process killed itself with SIGINT instead of exiting 130."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib") or (code.co_filename, code.co_name) == STRING_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT's handler while a command runs: a KeyboardInterrupt at once, except inside an import or code
+    compiled from a string, where the signal is sent again `RETRY_S` later (both end within milliseconds)."""
+    if not _inside_an_import_or_a_string(frame):
+        raise KeyboardInterrupt
+    again = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+    again.daemon = True
+    again.start()
+
+
+class _Deferred:
+    """Ctrl-C pressed before a command started (while the modules load and typer reads the command line)."""
+
+    pressed = False
+
+    @classmethod
+    def remember(cls, signum: int, frame: FrameType | None) -> None:
+        cls.pressed = True
+
+
+def deferred() -> None:
+    """Ctrl-C remembered, not raised, until a command starts (`raising`): raised in typer's reading of the
+    command line, it ended in a traceback or in click's "Aborted!" and exit code 1."""
+    signal.signal(signal.SIGINT, _Deferred.remember)
+
+
+@contextmanager
+def raising() -> Iterator[None]:
+    """Ctrl-C raised (`interrupt`) while a command runs, at once if it was pressed before it started."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        if _Deferred.pressed:
+            _Deferred.pressed = False
+            raise KeyboardInterrupt
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Interrupts:
@@ -24,7 +89,8 @@ class Interrupts:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._holding:
-            raise KeyboardInterrupt
+            interrupt(signum, frame)
+            return
         self._pending = True
 
     @contextmanager
