@@ -164,3 +164,35 @@ def test_ctrl_c_inside_code_compiled_from_a_string_is_one_line_and_code_130(tmp_
     )
     assert (done.returncode, done.stderr.count("\n")) == (130, 1), (done.returncode, done.stderr[-2000:])
     assert done.stderr.startswith("interrupted"), done.stderr
+
+
+HANGS_ON_EXIT = """
+import threading, time
+from streams.runner.interrupts import deferred, raising
+
+deferred()  # as `dedup` starts
+with raising():  # a command, run to its end
+    pass
+threading.Thread(target=time.sleep, args=(60,)).start()  # a thread the exit waits for
+print("ended", flush=True)
+"""
+
+
+def test_ctrl_c_after_a_command_ended_still_stops_an_exit_that_hangs(tmp_path: Path) -> None:
+    """Ctrl-C is remembered, not raised, only until a command starts: once the command has ended, it stops a
+    process whose exit waits on a thread, as Python's own handler does."""
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", HANGS_ON_EXIT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "ended\n"
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    try:
+        _, stderr = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("Ctrl-C did not stop the exit") from None
+    assert "KeyboardInterrupt" in stderr, stderr

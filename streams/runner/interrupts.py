@@ -65,6 +65,8 @@ def raising() -> Iterator[None]:
         yield  # signals reach the main thread only
         return
     previous = signal.signal(signal.SIGINT, interrupt)
+    if previous == _Deferred.remember:  # deferred only until a command starts: Ctrl-C stops a hung exit
+        previous = signal.default_int_handler
     try:
         if _Deferred.pressed:
             _Deferred.pressed = False
