@@ -445,3 +445,32 @@ def test_an_unlink_and_its_inverse_keep_the_stamps_of_the_keys_they_move(
     ]
     replay_files([str(world.folder / o / "links.jsonl") for o in ("out", "r1", "r2", "later")], tmp_path / "rebuilt")
     assert _stamps(tmp_path / "rebuilt") == _stamps(world.state) == _stamps(never.state)
+
+
+def test_a_simhash_duplicate_is_unlinked_with_its_article_from_the_runs_raw_input(tmp_path: Path) -> None:
+    """On the cheap stages a SimHash duplicate is published nowhere (no candidate record, no deduped line), so
+    a person's `n` was refused for want of an article, whatever `--articles` named: a SimHash suppression could
+    not be undone in file mode. Its raw input line is featurised as `dedup run` featurised it and matched by those
+    features: it is published as decided. A raw line of the id with other content (the id reused) is not taken."""
+    world = CheapWorld(tmp_path, tmp_path / "out", tmp_path / "out" / "state", Settings(stages=CHEAP), ToyEmbedder({}))
+    world.run(_cheap_day(), "out")
+    assert (world.latest("out")["E1"]["verdict"], world.latest("out")["E1"]["stage"]) == ("duplicate", "simhash")
+    raw = tmp_path / "out.jsonl"  # the run's input, as the crawler sent it
+    other = tmp_path / "other.jsonl"
+    title, body = _other()
+    other.write_bytes(orjson.dumps({"id": "E1", "url": URLS + "E1", "title": title, "body": body}) + b"\n")
+
+    refused = relink_files(world.state, tmp_path / "r0", decisions=[_label("E1", "K", False)], articles=[other])
+    assert [(r.doc_id, "no article on record" in r.reason) for r in refused.plan.refused] == [("E1", True)]
+    result = relink_files(world.state, tmp_path / "r1", decisions=[_label("E1", "K", False)], articles=[other, raw])
+    assert {c.doc_id: (c.link.verdict, c.link.canonical_id) for c in result.plan.changes} == {
+        "E1": (Verdict.UNLINKED, "E1"),
+        "E1-c": (Verdict.DUPLICATE, "E1"),
+    }
+    (published,) = [orjson.loads(line) for line in (tmp_path / "r1" / "deduped.jsonl").read_bytes().splitlines()]
+    decided = world.latest("out")["E1"]
+    assert published["title"] == _report("E1", 0)["title"] and published["body"].endswith(" More later.")
+    assert {name: published["features"][name] for name in ("url_hash", "content_hash", "simhash", "published_at")} == {
+        name: decided[name] for name in ("url_hash", "content_hash", "simhash", "published_at")
+    }
+    assert published["features"]["verdict"] == "unlinked"

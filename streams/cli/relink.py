@@ -44,7 +44,8 @@ def relink_command(
         list[Path] | None,
         typer.Option(
             "--articles",
-            help="deduped.jsonl files where documents were published (for one never embedded); repeatable.",
+            help="deduped.jsonl files where documents were published, or the runs' raw input (a SimHash duplicate"
+            " is published nowhere), for a document never embedded; repeatable.",
             dir_okay=False,
         ),
     ] = None,

@@ -116,7 +116,9 @@ def files_review(state: Path, out: Path, articles: list[Path], limit: int | None
     run whose run.json names this state folder (the default layout: `dedup run --out DIR` keeps its
     state in DIR/state).
     """
+    from streams.config import Settings
     from streams.labelling.review import review_pairs
+    from streams.records.article import Featurizer
     from streams.runner.relink import PublishedArticles, relink_files
     from streams.stores.journal import JOURNAL_FILE, Journal
 
@@ -128,7 +130,7 @@ def files_review(state: Path, out: Path, articles: list[Path], limit: int | None
     sources = [*articles, *_run_outputs(state)]
     journal = Journal(state)
     try:
-        published = PublishedArticles([out / "deduped.jsonl", *sources], journal.link)
+        published = PublishedArticles([out / "deduped.jsonl", *sources], journal.link, Featurizer(Settings()))
         pairs = review_pairs(journal.links(), journal.candidate, published, limit)
     finally:
         journal.close()

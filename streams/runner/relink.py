@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
@@ -36,6 +37,7 @@ from typing import Any
 import orjson
 
 from streams.config import Settings
+from streams.core.model import Document
 from streams.core.relink import (
     PUBLISHED_AS,
     Change,
@@ -49,7 +51,8 @@ from streams.core.relink import (
     plan_cutoff,
     plan_decisions,
 )
-from streams.records.output import now_rfc3339
+from streams.records.article import Featurizer
+from streams.records.output import features_of, now_rfc3339
 from streams.runner.embedded import (
     RunPaths,
     _claim_outputs,
@@ -125,7 +128,7 @@ def relink_files(
         try:
             settle(journal, state)
             sources = [out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles]
-            published = PublishedArticles(sources, journal.link)
+            published = PublishedArticles(sources, journal.link, Featurizer(configured))
             if decisions is not None:
                 plan = plan_decisions(
                     journal.links(), decisions, state.exact_lookup, journal.candidate, published, state.verdict_of
@@ -232,13 +235,25 @@ class PublishedArticles:
     """Articles published before, by id, read from deduped files on first need: of each document, the one its
     verdict (its latest link record, `verdict`) was given to, else the latest of the verdict's content, else none
     (`streams.core.relink.likeness`, the rule the service follows): the latest article of an id may be another
-    story, published before its verdict expired and the crawler reused the id."""
+    story, published before its verdict expired and the crawler reused the id.
 
-    def __init__(self, sources: Sequence[Path], verdict: Callable[[str], dict[str, Any] | None]) -> None:
+    A line without `features` is a raw article (the run's own input, for a SimHash duplicate, which is published
+    nowhere): featurised as `dedup run` featurised it (`featurizer`), when its id is asked for, so that it is
+    matched by the features it has, never taken on its id alone."""
+
+    def __init__(
+        self,
+        sources: Sequence[Path],
+        verdict: Callable[[str], dict[str, Any] | None],
+        featurizer: Featurizer | None = None,
+    ) -> None:
         self._sources = sources
         self._verdict = verdict
+        self._featurizer = featurizer
         self._found: dict[str, dict[tuple[Any, ...], dict[str, Any]]] | None = None
         """Per id, the latest article of each `PUBLISHED_AS` (mostly one), in the order last seen."""
+        self._raw: dict[str, list[bytes]] = defaultdict(list)
+        """Per id, the raw articles not featurised yet."""
 
     def __call__(self, doc_id: str) -> dict[str, Any] | None:
         if self._found is None:
@@ -252,12 +267,24 @@ class PublishedArticles:
                     except orjson.JSONDecodeError:
                         continue
                     if isinstance(record, dict) and isinstance(record.get("id"), str):
-                        features = article_features(record)
-                        seen = self._found[record["id"]]
-                        published_as = tuple(features.get(name) for name in PUBLISHED_AS)
-                        seen.pop(published_as, None)
-                        seen[published_as] = {**record, "features": features}
+                        if "features" not in record and self._featurizer is not None:
+                            self._raw[record["id"]].append(line.raw)
+                            continue
+                        self._seen(record["id"], {**record, "features": article_features(record)})
+        if self._featurizer is not None and doc_id in self._raw:
+            # now, as the run's ingest time: dates past it are clamped as then, and a missing date is no match
+            for doc in self._featurizer.parse_batch(self._raw.pop(doc_id), ingest_time=int(time.time())):
+                if isinstance(doc, Document):
+                    features = {"normalized_url": doc.normalized_url, **features_of(doc)}
+                    self._seen(doc_id, {**doc.article, "id": doc.doc_id, "features": features})
         record = self._verdict(doc_id)
         # The most like the one decided, and the latest of equals (max keeps the first, the order is last seen).
         best = max(reversed(self._found.get(doc_id, {}).values()), key=lambda a: likeness(a, record), default=None)
         return best if best is not None and likeness(best, record) > 0 else None
+
+    def _seen(self, doc_id: str, article: dict[str, Any]) -> None:
+        assert self._found is not None
+        seen = self._found[doc_id]
+        published_as = tuple(article["features"].get(name) for name in PUBLISHED_AS)
+        seen.pop(published_as, None)
+        seen[published_as] = article
