@@ -1,8 +1,8 @@
 """Random hostile streams with people's decisions in the middle: `dedup run` over a random head, `dedup relink`
 with random labels (unlink a duplicate, confirm or reject a review, then link some unlinked documents back; the
-articles to publish from the head's raw input), and `dedup run` over the tail, into the same folder. Links stay stars at every record written, and a state rebuilt
-from links.jsonl alone (`dedup replay`) is the live state, before the tail and after it, and decides the tail
-alike ("every verdict is replayable", relinks included).
+articles to publish from the head's raw input), and `dedup run` over the tail, into the same folder. Links stay
+stars at every record written, and a state rebuilt from links.jsonl alone (`dedup replay`) is the live state,
+before the tail and after it, and decides the tail alike ("every verdict is replayable", relinks included).
 
 The streams are `tests/test_random_streams.py`'s, with `tests/test_random_replays.py`'s group caps and figure
 checks (reviews); they stay clear of the same documented limits. A failure names the seed, the cut and the labels.
