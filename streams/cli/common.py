@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.text import Text
 
 from streams.core.model import Stage
-from streams.runner.interrupts import raising
+from streams.runner.interrupts import Terminated, raising
 
 app = typer.Typer(
     help="Deduplicate news streams with a cost-ordered cascade: URL, content hash, SimHash, embeddings.",
@@ -101,9 +101,9 @@ def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R
                 raise
             reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
             err.print(tagged("error:", "bold red", f"Kafka client: {reason}"), soft_wrap=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (`Terminated`)
             err.print(interrupted, soft_wrap=True, highlight=False)
-            raise typer.Exit(130) from None
+            raise typer.Exit(143 if isinstance(stop, Terminated) else 130) from None
         raise typer.Exit(2)
 
     return wrapper

@@ -1,6 +1,6 @@
-"""Ctrl-C held to the boundaries where stopping is safe: never inside an import or code compiled from a string
-(`interrupt`), not before a command starts (`deferred`, `raising`), not inside what a command holds
-(`Interrupts`)."""
+"""Ctrl-C (and SIGTERM, a supervisor's stop, handled alike) held to the boundaries where stopping is safe: never
+inside an import or code compiled from a string (`interrupt`), not before a command starts (`deferred`,
+`raising`), not inside what a command holds (`Interrupts`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,19 @@ STRING_CODE = ("<string>", "<module>")
 
 RETRY_S = 0.05
 """How soon a Ctrl-C that landed inside an import or a string's code is sent again."""
+
+STOPS = (signal.SIGINT, signal.SIGTERM)
+"""Ctrl-C, and the stop `docker stop`, systemd and Kubernetes send: SIGTERM killed a command as SIGKILL does,
+leaving `dedup run`'s state up to 2 s behind its outputs."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt is: everything that stops cleanly on Ctrl-C does on it
+    too; the command ends with exit code 143 (128 + 15) instead of 130."""
+
+
+def _stop(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _inside_an_import_or_a_string(frame: FrameType | None) -> bool:
@@ -33,51 +46,55 @@ def _inside_an_import_or_a_string(frame: FrameType | None) -> bool:
 
 
 def interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGINT's handler while a command runs: a KeyboardInterrupt at once, except inside an import or code
-    compiled from a string, where the signal is sent again `RETRY_S` later (both end within milliseconds)."""
+    """The handler of `STOPS` while a command runs: a KeyboardInterrupt (`Terminated` for SIGTERM) at once, except
+    inside an import or code compiled from a string, where the signal is sent again `RETRY_S` later (both end
+    within milliseconds)."""
     if not _inside_an_import_or_a_string(frame):
-        raise KeyboardInterrupt
-    again = threading.Timer(RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+        raise _stop(signum)
+    again = threading.Timer(RETRY_S, os.kill, (os.getpid(), signum))
     again.daemon = True
     again.start()
 
 
 class _Deferred:
-    """Ctrl-C pressed before a command started (while the modules load and typer reads the command line)."""
+    """A stop asked for before a command started (while the modules load and typer reads the command line)."""
 
-    pressed = False
+    signum: int | None = None
 
     @classmethod
     def remember(cls, signum: int, frame: FrameType | None) -> None:
-        cls.pressed = True
+        cls.signum = signum
 
 
 def deferred() -> None:
-    """Ctrl-C remembered, not raised, until a command starts (`raising`): raised in typer's reading of the
-    command line, it ended in a traceback or in click's "Aborted!" and exit code 1."""
-    signal.signal(signal.SIGINT, _Deferred.remember)
+    """Ctrl-C and SIGTERM remembered, not raised, until a command starts (`raising`): raised in typer's reading of
+    the command line, Ctrl-C ended in a traceback or in click's "Aborted!" and exit code 1."""
+    for signum in STOPS:
+        signal.signal(signum, _Deferred.remember)
 
 
 @contextmanager
 def raising() -> Iterator[None]:
-    """Ctrl-C raised (`interrupt`) while a command runs, at once if it was pressed before it started."""
+    """Ctrl-C and SIGTERM raised (`interrupt`) while a command runs, at once if one came before it started."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach the main thread only
         return
-    previous = signal.signal(signal.SIGINT, interrupt)
-    if previous == _Deferred.remember:  # deferred only until a command starts: Ctrl-C stops a hung exit
-        previous = signal.default_int_handler
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOPS}
+    for signum, handler in previous.items():
+        if handler == _Deferred.remember:  # deferred only until a command starts: a stop ends a hung exit
+            previous[signum] = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
     try:
-        if _Deferred.pressed:
-            _Deferred.pressed = False
-            raise KeyboardInterrupt
+        if _Deferred.signum is not None:
+            pending, _Deferred.signum = _Deferred.signum, None
+            raise _stop(pending)
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Interrupts:
-    """Ctrl-C waits while held: `dedup run` holds it while a document is decided and written and while the
+    """Ctrl-C (or SIGTERM) waits while held: `dedup run` holds it while a document is decided and written and the
     state commits; `dedup publish` while librdkafka runs (its delivery callbacks are Python: a KeyboardInterrupt
     raised in one comes back as a SystemError, confluent-kafka-python#1708).
 
@@ -87,30 +104,31 @@ class Interrupts:
 
     def __init__(self) -> None:
         self._holding = False
-        self._pending = False
+        self._pending: int | None = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self._holding:
             interrupt(signum, frame)
             return
-        self._pending = True
+        self._pending = signum
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield  # signals reach the main thread only
             return
-        previous = signal.signal(signal.SIGINT, self._handle)
+        previous = {signum: signal.signal(signum, self._handle) for signum in STOPS}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def __enter__(self) -> None:
         self._holding = True
 
     def __exit__(self, *exc: object) -> None:
         self._holding = False
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            raise _stop(pending)
