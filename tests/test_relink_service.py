@@ -365,3 +365,41 @@ def test_a_relink_publishes_the_article_its_verdict_was_given_to_or_one_of_its_c
         assert found is None, f"published for D under a verdict on other content: {found and found['title']}"
     else:
         assert found is not None and (found["url"], found["body"]) == (expected.article["url"], story[1])
+
+
+def test_a_simhash_duplicate_is_unlinked_with_its_article_from_the_crawls_raw_files(
+    make_stack: Callable[[str], Stack], tmp_path: Path
+) -> None:
+    """A worker on the cheap stages publishes a SimHash duplicate nowhere (no candidate record, not in
+    articles.deduped), so a person's `n` on the service was always refused for want of an article: the suppression
+    could not be undone. `--articles` with the crawl's raw files (refused without --state before) gives it its
+    article, featurised as the worker featurised it and matched by those features; a raw line of the id with
+    other content is not taken."""
+    from tests.test_relink_attacks import _cheap_day, _other
+
+    stack = make_stack("url,content,simhash")
+    stack.partitions = 1
+    stack.create_topics()
+    records = _cheap_day()
+    worker = stack.start_worker()
+    stack.produce(orjson.dumps(record) for record in records)
+    latest, _ = stack.final_links({record["id"] for record in records}, timeout=300)
+    worker.stop()
+    assert (latest["E1"]["verdict"], latest["E1"]["stage"]) == ("duplicate", "simhash")
+    raw, other = tmp_path / "crawl.jsonl", tmp_path / "other.jsonl"
+    raw.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+    title, body = _other()
+    other.write_bytes(orjson.dumps({**records[2], "title": title, "body": body}) + b"\n")
+    settings = stack.settings()
+
+    refused = relink_service(settings, decisions=[Label("E1", "K", False)], articles=[other])
+    assert [(r.doc_id, "no article on record" in r.reason) for r in refused.plan.refused] == [("E1", True)]
+    result = relink_service(settings, decisions=[Label("E1", "K", False)], articles=[other, raw])
+    assert {c.doc_id: (c.link.verdict, c.link.canonical_id) for c in result.plan.changes} == {
+        "E1": (Verdict.UNLINKED, "E1"),
+        "E1-c": (Verdict.DUPLICATE, "E1"),
+    }
+    published = read_topic(settings, settings.topics.deduped).records["E1"]
+    assert (published["title"], published["body"]) == (records[2]["title"], records[2]["body"])
+    assert published["features"]["content_hash"] == latest["E1"]["content_hash"]
+    assert published["features"]["verdict"] == "unlinked"

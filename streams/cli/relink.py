@@ -44,8 +44,8 @@ def relink_command(
         list[Path] | None,
         typer.Option(
             "--articles",
-            help="deduped.jsonl files where documents were published, or the runs' raw input (a SimHash duplicate"
-            " is published nowhere), for a document never embedded; repeatable.",
+            help="deduped.jsonl files where documents were published, or the raw input of the runs or of the crawl"
+            " (a SimHash duplicate is published nowhere), for a document never embedded; repeatable.",
             dir_okay=False,
         ),
     ] = None,
@@ -83,12 +83,12 @@ def relink_command(
         result = relink_files(state, out, decisions=labels, cutoff=cutoff, dry_run=dry_run, articles=articles or [])
         where = f"{out / 'links.jsonl'} and {out / 'deduped.jsonl'}"
     else:
-        if out is not None or articles:
-            raise ValueError("--out and --articles go with --state; the service writes to its topics")
+        if out is not None:
+            raise ValueError("--out goes with --state; the service writes to its topics")
         from streams.service.relink import relink_service
 
         settings = Settings()
-        result = relink_service(settings, decisions=labels, cutoff=cutoff, dry_run=dry_run)
+        result = relink_service(settings, decisions=labels, cutoff=cutoff, dry_run=dry_run, articles=articles or [])
         where = f"{settings.topics.links} and {settings.topics.deduped}"
     plan = result.plan
     if not quiet and plan.changes:

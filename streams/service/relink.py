@@ -26,8 +26,9 @@ stop the workers of that host first.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -51,7 +52,9 @@ from streams.core.relink import (
     recorded,
 )
 from streams.kafka.topics import CommandClient
+from streams.records.article import Featurizer
 from streams.records.output import now_rfc3339
+from streams.runner.relink import PublishedArticles as FileArticles
 from streams.runner.relink import RelinkResult
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
@@ -73,8 +76,12 @@ def relink_service(
     decisions: Iterable[Label] | None = None,
     cutoff: Cutoff | None = None,
     dry_run: bool = False,
+    articles: Sequence[Path] = (),
 ) -> RelinkResult:
-    """Apply `decisions` (labels) or a `cutoff` to the streaming service's state and topics."""
+    """Apply `decisions` (labels) or a `cutoff` to the streaming service's state and topics.
+
+    `articles`: files of the crawl's raw articles (or of deduped ones), for a document to publish that
+    `articles.deduped` does not hold (a SimHash duplicate is published nowhere)."""
     from streams.service.resources import recorded_seq, redis_client, vector_store
 
     if (decisions is None) == (cutoff is None):
@@ -92,7 +99,7 @@ def relink_service(
     vectors: VectorStore | None = None
     try:
         for attempt in range(1, ATTEMPTS + 1):
-            plan = _plan(settings, state, labels, cutoff)
+            plan = _plan(settings, state, labels, cutoff, articles)
             result = RelinkResult(plan)
             if dry_run or not plan.changes:
                 return result
@@ -115,7 +122,13 @@ def relink_service(
             close()
 
 
-def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None, cutoff: Cutoff | None) -> Plan:
+def _plan(
+    settings: Settings,
+    state: RedisStateStore,
+    labels: list[Label] | None,
+    cutoff: Cutoff | None,
+    articles: Sequence[Path] = (),
+) -> Plan:
     """The plan from the topics read to their end now."""
     from streams.kafka.journal import latest
 
@@ -123,7 +136,7 @@ def _plan(settings: Settings, state: RedisStateStore, labels: list[Label] | None
     candidates = latest(settings, settings.topics.candidates).records
     # Decision order: Redis's verdict sequence (records without one, older than it, first).
     order = sorted(links.values(), key=lambda record: record.get("seq") or 0)
-    published = PublishedArticles(settings, links)
+    published = PublishedArticles(settings, links, articles)
     if labels is not None:
         return plan_decisions(order, labels, state.exact_lookup, candidates.get, published, state.verdict_of)
     assert cutoff is not None
@@ -301,16 +314,22 @@ class PublishedArticles:
     `streams.core.relink.likeness`).
     """
 
-    def __init__(self, settings: Settings, links: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, settings: Settings, links: dict[str, dict[str, Any]], files: Sequence[Path] = ()) -> None:
         self._settings = settings
         self._links = links
         self._found: dict[str, dict[str, Any]] | None = None
+        self._files = FileArticles(files, links.get, Featurizer(settings)) if files else None
+        """`--articles`: the crawl's raw files (featurised as the worker did) or deduped ones, matched alike."""
 
     def __call__(self, doc_id: str) -> dict[str, Any] | None:
         if self._found is None:
             self._found = self._read()
         article = self._found.get(doc_id)
-        return article if article is not None and self._likeness(article) > 0 else None
+        if article is not None and self._likeness(article) == 2:  # as decided
+            return article
+        given = self._files(doc_id) if self._files is not None else None
+        best = max((a for a in (article, given) if a is not None), key=self._likeness, default=None)
+        return best if best is not None and self._likeness(best) > 0 else None
 
     def _read(self) -> dict[str, dict[str, Any]]:
         from streams.kafka.journal import latest
