@@ -162,9 +162,9 @@ def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
     make_stack: Callable[[str], Stack], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     """The head through `dedup run` and through the stage agent (its records produced to the topics), the same
-    random labels relinked on both (`relink_files`, `relink_service`, articles from the head's raw input), then
-    the tail through both: the relinks change and refuse the same documents alike, and every document ends with
-    the same verdict on both."""
+    random labels relinked on both (`relink_files`, `relink_service`, articles from the head's raw input), and
+    some unlinked documents linked back, then the tail through both: the relinks change and refuse the same
+    documents alike, and every document ends with the same verdict on both."""
     rng, records, where, options = _drawn(seed)
     _configure(monkeypatch, options)
     batches = _batches(rng, records)
@@ -177,9 +177,13 @@ def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
     tail.write_bytes(b"".join(orjson.dumps(r) + b"\n" for batch in batches[cut:] for r in batch))
     out = tmp_path / "out"
     _run(settings, head, out, out / "state")
-    labels = _labels(rng, _latest(out))
-    where = f"{len(batches)} batches, cut after {cut}, labels {labels}, {where}"
-    on_files = relink_files(out / "state", out, decisions=labels, articles=[head])
+    before = _latest(out)
+    labels = _labels(rng, before)
+    on_files = [relink_files(out / "state", out, decisions=labels, articles=[head])] if labels else []
+    back = _linked_back(rng, before, _latest(out))
+    if back:
+        on_files.append(relink_files(out / "state", out, decisions=back, articles=[head]))
+    where = f"{len(batches)} batches, cut after {cut}, labels {labels}, then {back}, {where}"
     _run(settings, tail, tmp_path / "tail-out", out / "state")
 
     stack = make_stack("url,content,simhash")
@@ -194,7 +198,7 @@ def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
         for out_record in sent:
             producer.produce(out_record.topic, out_record.value, out_record.key)
         assert producer.flush(30) == 0
-        on_service = relink_service(live, decisions=labels, articles=[head])
+        on_service = [relink_service(live, decisions=decided, articles=[head]) for decided in (labels, back) if decided]
         later = _handled(agent, batches[cut:])
     finally:
         resources.close()
@@ -203,7 +207,7 @@ def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
         made = {c.doc_id: (c.link.verdict, c.link.canonical_id, c.reason) for c in result.plan.changes}
         return made, sorted((r.doc_id, r.other, r.reason) for r in result.plan.refused)
 
-    assert changes(on_service) == changes(on_files), where
+    assert [changes(result) for result in on_service] == [changes(result) for result in on_files], where
     links = live.topics.links
     service_links = [orjson.loads(o.value) for o in sent if o.topic == links]
     service_links += read_topic(live, links).records.values()  # the relink's records, each document's latest
