@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -73,24 +73,35 @@ def deferred() -> None:
         signal.signal(signum, _Deferred.remember)
 
 
+Handler = Callable[[int, FrameType | None], None]
+
+
+@contextmanager
+def _handling(handler: Handler) -> Iterator[bool]:
+    """`handler` for every stop while the block runs, then what was there before: the block is told whether it
+    runs in the main thread (signals reach it only; elsewhere nothing is installed). The deferral of a
+    command's start ends with the command: a stop then ends an exit that hangs, as Python's own handlers do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in STOPS}
+    try:
+        yield True
+    finally:
+        for signum, before in previous.items():
+            if before == _Deferred.remember:
+                before = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            signal.signal(signum, before)
+
+
 @contextmanager
 def raising() -> Iterator[None]:
     """Ctrl-C and SIGTERM raised (`interrupt`) while a command runs, at once if one came before it started."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach the main thread only
-        return
-    previous = {signum: signal.signal(signum, interrupt) for signum in STOPS}
-    for signum, handler in previous.items():
-        if handler == _Deferred.remember:  # deferred only until a command starts: a stop ends a hung exit
-            previous[signum] = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
-    try:
-        if _Deferred.signum is not None:
+    with _handling(interrupt) as installed:
+        if installed and _Deferred.signum is not None:
             pending, _Deferred.signum = _Deferred.signum, None
             raise _stop(pending)
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class Interrupts:
@@ -114,15 +125,8 @@ class Interrupts:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield  # signals reach the main thread only
-            return
-        previous = {signum: signal.signal(signum, self._handle) for signum in STOPS}
-        try:
+        with _handling(self._handle):
             yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
     def __enter__(self) -> None:
         self._holding = True
