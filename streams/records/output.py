@@ -75,18 +75,19 @@ def link_record(
     return record
 
 
+def published_record(doc: Document) -> dict[str, Any]:
+    """The article as it came, its id filled in, plus the features it is published with (`deduped_record` adds
+    the verdict): what a relink matches an article of the crawl's raw input by."""
+    return {**doc.article, "id": doc.doc_id, "features": {"normalized_url": doc.normalized_url, **features_of(doc)}}
+
+
 def deduped_record(link: Link, doc: Document) -> dict[str, Any]:
     """An `articles.deduped` record: the article as it came, its id filled in, plus its features."""
-    return {
-        **doc.article,
-        "id": doc.doc_id,
-        "features": {
-            "normalized_url": doc.normalized_url,
-            **features_of(doc),
-            "verdict": link.verdict.value,
-            **({"version_of": doc.version_of} if doc.version_of is not None else {}),
-        },
-    }
+    record = published_record(doc)
+    record["features"]["verdict"] = link.verdict.value
+    if doc.version_of is not None:
+        record["features"]["version_of"] = doc.version_of
+    return record
 
 
 def candidate_record(

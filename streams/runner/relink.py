@@ -52,7 +52,7 @@ from streams.core.relink import (
     plan_decisions,
 )
 from streams.records.article import Featurizer
-from streams.records.output import features_of, now_rfc3339
+from streams.records.output import now_rfc3339, published_record
 from streams.runner.embedded import (
     RunPaths,
     _claim_outputs,
@@ -245,7 +245,7 @@ class PublishedArticles:
         self,
         sources: Sequence[Path],
         verdict: Callable[[str], dict[str, Any] | None],
-        featurizer: Featurizer | None = None,
+        featurizer: Featurizer,
     ) -> None:
         self._sources = sources
         self._verdict = verdict
@@ -267,16 +267,15 @@ class PublishedArticles:
                     except orjson.JSONDecodeError:
                         continue
                     if isinstance(record, dict) and isinstance(record.get("id"), str):
-                        if "features" not in record and self._featurizer is not None:
+                        if "features" not in record:
                             self._raw[record["id"]].append(line.raw)
                             continue
                         self._seen(record["id"], {**record, "features": article_features(record)})
-        if self._featurizer is not None and doc_id in self._raw:
+        if doc_id in self._raw:
             # now, as the run's ingest time: dates past it are clamped as then, and a missing date is no match
             for doc in self._featurizer.parse_batch(self._raw.pop(doc_id), ingest_time=int(time.time())):
                 if isinstance(doc, Document):
-                    features = {"normalized_url": doc.normalized_url, **features_of(doc)}
-                    self._seen(doc_id, {**doc.article, "id": doc.doc_id, "features": features})
+                    self._seen(doc_id, published_record(doc))
         record = self._verdict(doc_id)
         # The most like the one decided, and the latest of equals (max keeps the first, the order is last seen).
         best = max(reversed(self._found.get(doc_id, {}).values()), key=lambda a: likeness(a, record), default=None)
