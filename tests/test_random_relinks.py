@@ -11,7 +11,6 @@ checks (reviews); they stay clear of the same documented limits. A failure names
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,8 @@ from streams.runner.relink import relink_files
 from streams.runner.replay import replay_files
 from streams.service.relink import relink_service
 from streams.service.resources import Resources
-from streams.service.stages import Agent, Incoming, Outgoing, StageAgent
-from tests.test_random_replays import _drawn, _rows, _run, _settings
+from streams.service.stages import Agent
+from tests.test_random_replays import _drawn, _handled, _rows, _run, _settings
 from tests.test_random_streams import RETENTION, _batches
 
 CANONICAL = ("unique", "unlinked")
@@ -39,7 +38,11 @@ Latest = dict[str, dict[str, Any]]
 
 def _latest(out: Path) -> Latest:
     """Each document's latest link record in `out`/links.jsonl."""
-    return {r["doc_id"]: r for r in map(orjson.loads, (out / "links.jsonl").read_bytes().splitlines())}
+    return {r["doc_id"]: r for r in _links_of(out / "links.jsonl")}
+
+
+def _links_of(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
 def _labels(rng: random.Random, latest: Latest) -> list[Label]:
@@ -74,7 +77,7 @@ def _check_stars(files: list[Path], where: str, relinked_from: int | None = None
     holding: dict[str, dict[str, Any]] = {}
     relinked: set[str] = set()
     for path in files:
-        for number, record in enumerate(map(orjson.loads, path.read_bytes().splitlines())):
+        for number, record in enumerate(_links_of(path)):
             if record["verdict"] in ("duplicate", "review"):
                 target = holding.get(record["canonical_id"], {}).get("verdict")
                 assert target in CANONICAL, f"{path.parent.name} line {number}: {record} -> {target}: a chain; {where}"
@@ -153,10 +156,6 @@ def _latest_verdicts(records: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]
     return {r["doc_id"]: (r["verdict"], r["canonical_id"], r["stage"]) for r in records}
 
 
-def _links_of(path: Path) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
-
-
 @pytest.mark.parametrize("seed", range(100))
 def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
     make_stack: Callable[[str], Stack], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
@@ -214,13 +213,3 @@ def test_random_relinks_change_the_same_verdicts_on_the_service_as_on_files(
     service_links += [orjson.loads(o.value) for o in later if o.topic == links]
     file_links = _links_of(out / "links.jsonl") + _links_of(tmp_path / "tail-out" / "links.jsonl")
     assert _latest_verdicts(service_links) == _latest_verdicts(file_links), where
-
-
-def _handled(agent: StageAgent, batches: list[list[dict[str, Any]]]) -> list[Outgoing]:
-    """Every record the agent sends for `batches`, in order."""
-    now_ms = int(time.time() * 1000)
-    sent: list[Outgoing] = []
-    for number, batch in enumerate(batches):
-        incoming = [Incoming(orjson.dumps(r), None, now_ms, "raw", 0, number * 100 + i) for i, r in enumerate(batch)]
-        sent += agent.handle(incoming)
-    return sent

@@ -31,7 +31,7 @@ from streams.kafka.replay import replay_links
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
 from streams.service.resources import Resources
-from streams.service.stages import Agent, Incoming, StageAgent
+from streams.service.stages import Agent, Incoming, Outgoing, StageAgent
 from tests.test_random_streams import OPTIONS, _batches, drawn
 
 STATE_ROWS = (
@@ -106,14 +106,19 @@ def test_a_state_rebuilt_from_a_random_heads_links_decides_its_tail_as_the_live_
     assert _rows(tmp_path / "whole") == _rows(live), f"both parts' links rebuilt another state; {where}"
 
 
-def _decided(agent: StageAgent, settings: Settings, batches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The link records the agent sends for `batches`, in order (a record sent again gets its verdict again)."""
-    links: list[dict[str, Any]] = []
+def _handled(agent: StageAgent, batches: list[list[dict[str, Any]]]) -> list[Outgoing]:
+    """Every record the agent sends for `batches`, in order."""
     now_ms = int(time.time() * 1000)
+    sent: list[Outgoing] = []
     for number, batch in enumerate(batches):
         incoming = [Incoming(orjson.dumps(r), None, now_ms, "raw", 0, number * 100 + i) for i, r in enumerate(batch)]
-        links += [orjson.loads(o.value) for o in agent.handle(incoming) if o.topic == settings.topics.links]
-    return links
+        sent += agent.handle(incoming)
+    return sent
+
+
+def _decided(agent: StageAgent, settings: Settings, batches: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The link records the agent sends for `batches`, in order (a record sent again gets its verdict again)."""
+    return [orjson.loads(o.value) for o in _handled(agent, batches) if o.topic == settings.topics.links]
 
 
 @pytest.mark.parametrize("seed", range(32))
