@@ -74,8 +74,9 @@ except KeyboardInterrupt:
 def test_ctrl_c_while_a_command_with_numbers_is_packed_is_a_keyboardinterrupt_not_a_crash() -> None:
     """Python checks for signals while it writes an int in decimal. hiredis-py's `pack_command` writes each int
     argument with `PyObject_Repr` and uses the result unchecked (src/pack.c), so a Ctrl-C during it was a
-    segfault: `dedup replay` died of SIGSEGV in 4 of 150 runs stopped at random points. The packer hands hiredis
-    text only: Ctrl-C is then a KeyboardInterrupt, raised in Python, which the commands turn into their line."""
+    segfault: `dedup replay` died of SIGSEGV in 2 of 150 runs of `benchmarks/stop_at_random.py`. The packer hands
+    hiredis text only: Ctrl-C is then a KeyboardInterrupt, raised in Python, which the commands turn into their
+    line."""
     for attempt in range(3):
         child = subprocess.Popen(
             [sys.executable, "-c", CTRL_C_WHILE_PACKING], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
