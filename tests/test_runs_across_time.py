@@ -24,6 +24,7 @@ from streams.config import RetentionSettings, Settings
 from streams.core.model import DAY_S, Stage
 from streams.runner.embedded import RunPaths, run
 from streams.runner.replay import replay_files
+from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
@@ -105,6 +106,32 @@ def test_a_run_killed_between_the_journal_commit_and_the_state_commit_gives_one_
     links = _read(paths.links)
     assert Counter(r["doc_id"] for r in links) == {"old": 1, "recrawl": 1}, _verdicts(paths.links)
     assert _verdicts(paths.links) == uninterrupted
+
+
+def test_a_journal_record_written_after_a_commit_lies_past_it_though_the_last_one_was_written_again(
+    tmp_path: Path,
+) -> None:
+    """A state notes the journal's position its commit covers, and a record past it is one the state never took
+    in (`Journal.link(..., through=)`). The next commit writes `c`, then `x` again (`x` was the last record,
+    registered again after its verdict expired, or relinked): `x`'s row is deleted and both inserted. SQLite
+    numbers a row one past the largest left, so `c` took `x`'s old position, the one the state covers: after a
+    kill between the two commits, `c` passed for a verdict the state holds."""
+    journal = Journal(tmp_path)
+    journal.put_link({"doc_id": "x", "verdict": "unique"})
+    journal.commit()
+    covered = journal.position
+    journal.put_link({"doc_id": "c", "verdict": "unique"})
+    journal.put_link({"doc_id": "x", "verdict": "unique"})
+    journal.commit()
+    assert journal.link("c", covered) is None
+    assert journal.link("x", covered) is None
+    assert journal.position > covered
+    journal.close()
+    reopened = Journal(tmp_path)
+    reopened.put_link({"doc_id": "d", "verdict": "unique"})
+    reopened.commit()
+    assert reopened.link("d", covered) is None and reopened.link("c", reopened.position) is not None
+    reopened.close()
 
 
 # --- far-future published_at: a re-run days later

@@ -73,15 +73,22 @@ class Journal:
             return
         self._db.execute("BEGIN")
         for table, pending in self._pending.items():
-            # Delete, then insert: a record written again moves to the end, where its latest write belongs.
+            # Delete, then insert: a record written again moves to the end, where its latest write belongs. Numbered
+            # past the last committed position, not by SQLite (one past the largest row left): a record written
+            # again that was the last one would leave its position to the first new one, which a state's mark
+            # (`through`) covers.
+            start = self._last_position(table) + 1
             self._db.executemany(f"DELETE FROM {table} WHERE doc_id = ?", [(doc_id,) for doc_id in pending])
-            self._db.executemany(f"INSERT INTO {table} (doc_id, record) VALUES (?, ?)", pending.items())
+            self._db.executemany(
+                f"INSERT INTO {table} (position, doc_id, record) VALUES (?, ?, ?)",
+                [(start + n, doc_id, record) for n, (doc_id, record) in enumerate(pending.items())],
+            )
             pending.clear()
         self._db.execute("COMMIT")
         self.position = self._last_position()
 
-    def _last_position(self) -> int:
-        return int(self._db.execute("SELECT COALESCE(MAX(position), 0) FROM links").fetchone()[0])
+    def _last_position(self, table: str = "links") -> int:
+        return int(self._db.execute(f"SELECT COALESCE(MAX(position), 0) FROM {table}").fetchone()[0])
 
     def close(self) -> None:
         self.commit()
