@@ -157,16 +157,10 @@ def test_the_service_replay_keeps_the_keys_a_redelivery_claimed_none_of(make_sta
     client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: dedup run writes no link line for a document decided again once its verdict and keys expired"
-    " when the line says what an earlier one says (`link_identity`, which lets a resumed run write no verdict"
-    " twice), so the links hold no trace of its registration again; the service sends it (its own seq)",
-)
 def test_a_document_registered_again_after_its_verdict_expired_is_in_the_links(tmp_path: Path) -> None:
     """`x` comes again, same id, address and content, after its verdict and exact keys have expired. It is
     decided afresh, a canonical again, its band entries stamped anew, and its link line is the one written for
-    it the first time (same verdict, canonical, stage and content), so none is written. The replayed state keeps
+    it the first time (same verdict, canonical, stage and content), so none was written. The replayed state kept
     `x`'s first stamps: a near-copy of it an hour later was a duplicate of `x` live and unique after a replay."""
     start = int(time.time()) - 60 * DAY_S
     settings = Settings(stages=CHEAP, retention={"bands_days": 2, "exact_days": 2, "verdicts_days": 1})
@@ -178,3 +172,34 @@ def test_a_document_registered_again_after_its_verdict_expired_is_in_the_links(t
     copy = _article("d", "https://b.example/d", TEXT_B.replace("delta5 ", "deltaX "), start + 3 * DAY_S + 7200)
     live, _ = _live_and_replayed(tmp_path, settings, first, [copy])
     assert live == [("d", "duplicate", "x", "simhash", None)]
+
+
+@pytest.mark.parametrize("out", ["one --out", "an --out a run"])
+@pytest.mark.parametrize("killed", ["before the journal's commit", "between the journal's commit and the state's"])
+def test_a_registration_again_decided_again_after_a_kill_is_written_once(tmp_path: Path, killed: str, out: str) -> None:
+    """`x`, registered by a first run, comes again after its verdict and keys expired: its registration again is
+    written. That second run (into the same `--out`, or one of its own) is then killed before its state's commit
+    (its outputs on disk, as SIGKILL leaves a buffer flushed mid-chunk; the journal at the first run's commit, or
+    past it) and run again: it decides `x` afresh as before, and the line it would write is the one the kill
+    left. One line per registration."""
+    start = int(time.time()) - 60 * DAY_S
+    settings = Settings(stages=CHEAP, retention={"bands_days": 2, "exact_days": 2, "verdicts_days": 1})
+    first = RunPaths(tmp_path / "out", tmp_path / "S")
+    run(settings, [_write(tmp_path / "one.jsonl", [_article("x", "https://a.example/x", TEXT_B, start)])], first)
+    committed = {path.name: path.read_bytes() for path in first.state.iterdir() if path.is_file()}
+    again = [
+        _article("c", "https://a.example/c", TEXT_A, start + 3 * DAY_S),
+        _article("x", "https://a.example/x", TEXT_B, start + 3 * DAY_S + 3600),
+    ]
+    source = _write(tmp_path / "two.jsonl", again)
+    second = first if out == "one --out" else RunPaths(tmp_path / "out-2", first.state)
+    lines = ["x", "c", "x"] if second is first else ["c", "x"]
+    run(settings, [source], second)
+    assert [d for d, *_ in _verdicts(second.links)] == lines
+    for path in first.state.iterdir():  # the state (and journal) as the first run committed them
+        if path.name in committed and (path.name.startswith("state.") or killed.startswith("before")):
+            path.write_bytes(committed[path.name])
+        elif path.name.startswith("state.") or (path.name.startswith("journal.") and killed.startswith("before")):
+            path.unlink()
+    run(settings, [source], second)
+    assert [d for d, *_ in _verdicts(second.links)] == lines

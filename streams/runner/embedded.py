@@ -33,7 +33,7 @@ import orjson
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, Stage, clamped, version_id
+from streams.core.model import Document, Link, Stage, clamped, version_id
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
@@ -113,6 +113,12 @@ def link_identity(record: dict[str, Any]) -> object:
     however `sources` normalises it now, and that verdict's line is there already."""
     fields = ("doc_id", "verdict", "canonical_id", "stage", "content_hash")
     return [record.get(name) for name in fields]
+
+
+def link_occurrence(record: dict[str, Any]) -> object:
+    """A link line as one occurrence of what it says: a document registered again after its verdict expired
+    (`_Run._registered_again`) says the same at a later date, and is written again, once."""
+    return [*link_identity(record), record.get("published_at"), record.get("clock")]
 
 
 def candidate_identity(record: dict[str, Any]) -> object:
@@ -248,7 +254,13 @@ def run(
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         note_owner(paths)
         outputs = (
-            JsonlOutput(paths.links, link_identity, fresh=fresh),
+            JsonlOutput(
+                paths.links,
+                link_identity,
+                fresh=fresh,
+                occurrence=link_occurrence,
+                committed=state.output_mark(paths.links),
+            ),
             JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
             JsonlOutput(paths.candidates, candidate_identity, fresh=fresh),
@@ -267,11 +279,13 @@ def run(
             raise failed.__cause__ from None
         finally:
             with interrupts:
+                links_size = outputs[0].size
                 for output in outputs:
                     output.close()
                 if consistent:
                     journal.close()
                     state.note_journal(journal.position)
+                    state.note_output(outputs[0].path, links_size)
                     state.close()
                 # Otherwise the state is left uncommitted: it stays at its last commit, which
                 # the outputs hold, and the next run decides the rest again.
@@ -430,7 +444,7 @@ class _Run:
         link = decision.link
         self.stats.count(link, decision.repeated)
         record = link_record(link, doc, vector, stages=self._settings.stages)
-        if not self._links.write(record):
+        if not self._links.write(record, None if decision.repeated else lambda: self._registered_again(link)):
             self.stats.already_written += 1
         if not decision.repeated:
             self._journal.put_link(record)
@@ -447,6 +461,14 @@ class _Run:
         if link.publishes and not decision.repeated:
             self._deduped.write(deduped_record(link, doc))
 
+    def _registered_again(self, link: Link) -> bool:
+        """Whether a document decided afresh, whose line says what an earlier line says, was decided before by
+        this process or by a run the state took in: then its verdict has expired since, and this is its
+        registration again, which the links must hold to age it from its new date. Otherwise (the journal's
+        record of it, if any, is past the state's last commit) a kill left its line before the state's
+        commit, and this is the same decision made again."""
+        return self._journal.link(link.doc_id, self._state.journal_mark) is not None
+
     def _done(self, line: InputLine) -> None:
         self._done_lines += 1
         self._done_bytes += line.consumed
@@ -461,6 +483,7 @@ class _Run:
                 output.sync()
             self._journal.commit()
             self._state.note_journal(self._journal.position)
+            self._state.note_output(self._links.path, self._links.size)
             if self._vector_store is not None:
                 self._state.note_vector_shards(self._vector_store.shard_names())
             self._state.commit()

@@ -129,6 +129,10 @@ def _split(stream: IO[bytes], limit: int | None, position_of: IO[bytes] | None) 
         position = now
 
 
+def _digest(identity: object) -> bytes:
+    return hashlib.blake2b(orjson.dumps(identity), digest_size=16).digest()
+
+
 class JsonlOutput:
     """An output file of a run: appended to, and never given the same record twice.
 
@@ -136,20 +140,41 @@ class JsonlOutput:
     another `linked_at`). Opening reads the records already there, so a run that
     resumes after Ctrl-C or a crash writes only what is missing; a last line torn
     by a kill is cut, since its document was not committed to the state either.
+
+    `occurrence` (a finer identity: what a record says and when) lets a record the same
+    as an earlier one be written again where the writer knows it for another occurrence
+    (`write`'s `again`), and still once only: a document registered again a month after
+    its verdict expired says what its first line said, at another date. Only records past
+    the first `committed` bytes (what the writer's state took in) are kept by occurrence:
+    an occurrence before them cannot come again (its state would not decide it afresh).
     """
 
-    def __init__(self, path: Path, identity: Callable[[dict[str, Any]], object], *, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        identity: Callable[[dict[str, Any]], object],
+        *,
+        fresh: bool = False,
+        occurrence: Callable[[dict[str, Any]], object] | None = None,
+        committed: int = 0,
+    ) -> None:
         self.path = path
         self._identity = identity
+        self._occurrence = occurrence
         self._seen: set[bytes] = set()
+        self._occurred: set[bytes] = set()
+        """Occurrence keys of the records past `committed` bytes and of every one written, where `occurrence` is
+        given: a few seconds of records, not the file."""
         self.torn = 0
         """Bytes of a torn last line cut on opening."""
         if path.exists() and not fresh:
-            self._load()
+            self._load(committed)
         self._handle = open(path, "wb" if fresh else "ab")  # noqa: SIM115 - closed in close()
 
-    def _load(self) -> None:
+    def _load(self, committed: int) -> None:
         whole = 0
+        if committed > self.path.stat().st_size:
+            committed = 0  # not the file the state noted: every record is kept by occurrence
         with open(self.path, "rb+") as handle:
             for line_no, line in enumerate(handle, start=1):
                 if not line.endswith(b"\n"):
@@ -164,6 +189,8 @@ class JsonlOutput:
                         " delete that line, or move the file away (--force starts over only another state's outputs)"
                     )
                 self._seen.add(self._key(record))
+                if self._occurrence is not None and whole >= committed:
+                    self._occurred.add(_digest(self._occurrence(record)))
                 whole += len(line)
             end = handle.seek(0, os.SEEK_END)
             if whole < end:
@@ -171,16 +198,26 @@ class JsonlOutput:
                 self.torn = end - whole
 
     def _key(self, record: dict[str, Any]) -> bytes:
-        return hashlib.blake2b(orjson.dumps(self._identity(record)), digest_size=16).digest()
+        return _digest(self._identity(record))
 
-    def write(self, record: dict[str, Any]) -> bool:
-        """Append the record unless the file has it already; True when written."""
+    def write(self, record: dict[str, Any], again: Callable[[], bool] | None = None) -> bool:
+        """Append the record unless the file has it already; True when written. A record the same as one
+        there is written where `again` (asked only then) says it is another occurrence of it, unless this
+        very occurrence is there too (the file has `occurrence`'s key: a run decided it before a kill)."""
         key = self._key(record)
-        if key in self._seen:
+        occurred = _digest(self._occurrence(record)) if self._occurrence is not None else None
+        if key in self._seen and (occurred is None or occurred in self._occurred or again is None or not again()):
             return False
         self._seen.add(key)
+        if occurred is not None:
+            self._occurred.add(occurred)
         self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
         return True
+
+    @property
+    def size(self) -> int:
+        """Bytes written to the file, the ones still buffered included."""
+        return self._handle.tell()
 
     def sync(self) -> None:
         """Make every line written so far durable (before the state that remembers them is committed)."""

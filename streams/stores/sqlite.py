@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) 
 CREATE TABLE IF NOT EXISTS made_with (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_owed (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
 """
+_OUTPUT = "output:"
+"""The `meta` rows of output marks (`note_output`), named by the file's resolved path."""
 _BEFORE_LAYOUTS = FOUR_BY_16.name
 """The band layout of a state folder made before layouts were recorded (`made_with` has no `bands`)."""
 
@@ -163,6 +165,7 @@ class SqliteStateStore:
         past it was journalled before a kill stopped this commit. None: a state from before marks (or one kept
         without a journal), which covers every record."""
         self._noted: int | None = None
+        self._outputs_noted: dict[str, int] = {}
         self._owed: list[bytes] = []
         self._settled = False
         row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
@@ -269,6 +272,8 @@ class SqliteStateStore:
         if self._noted is not None:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (self._noted,))
             self.journal_mark, self._noted = self._noted, None
+        db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", self._outputs_noted.items())
+        self._outputs_noted.clear()
         if self._settled:
             db.execute("DELETE FROM journal_owed")
             self._settled = False
@@ -338,6 +343,16 @@ class SqliteStateStore:
     def note_journal(self, position: int) -> None:
         """The journal's records are committed through `position`: noted with the state's next commit."""
         self._noted = position
+
+    def note_output(self, path: Path, size: int) -> None:
+        """An output file of a run holds `size` bytes that this state has taken in: noted with the next commit."""
+        self._outputs_noted[_OUTPUT + str(path.resolve())] = size
+
+    def output_mark(self, path: Path) -> int:
+        """How many bytes at the start of the output file `path` the state took in at its last commit (0: none
+        noted, as for a file of a run before the marks); what follows was written after, a kill's leftover."""
+        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (_OUTPUT + str(path.resolve()),)).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def vector_shards(self) -> set[str]:
         """The vector shards (one folder per model, `model_dir_name`) this state's canonicals have vectors in."""
