@@ -14,6 +14,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -682,18 +683,29 @@ def test_a_relink_stopped_before_the_state_was_written_is_completed_by_running_i
 
 
 def test_a_relink_stopped_before_the_journal_was_written_is_completed_by_running_it_again(world: World) -> None:
-    journal = world.state / "journal.sqlite3"
-    saved = journal.read_bytes()
-    world.relink(decisions=[_label("A", "B", False)])
-    relinked, lines = dump(world.state), (world.folder / "relinked" / "links.jsonl").read_bytes()
-    for wal in world.state.glob("journal.sqlite3-*"):
-        wal.unlink()
-    journal.write_bytes(saved)  # the journal as the kill left it: the state is relinked
+    """Killed between the state's commit and the journal's (SIGKILL as the journal commits): the state is relinked
+    and owes the journal its records. The same relink again gives them first, and so plans, makes and writes
+    nothing more."""
+    pid = os.fork()
+    if pid == 0:  # the child dies by SIGKILL as the journal commits; any other end is a failure
+        try:
+            Journal.commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
+            world.relink(decisions=[_label("A", "B", False)])
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    lines = (world.folder / "relinked" / "links.jsonl").read_bytes()
+    relinked = dump(world.state)
     again = world.relink(decisions=[_label("A", "B", False)])
-    assert again.made == [] and again.written == 0 and len(again.plan.changes) == 5
+    assert again.made == [] and again.written == 0 and again.plan.changes == [] and again.plan.unchanged == ["A"]
     assert dump(world.state) == relinked
-    assert (world.folder / "relinked" / "links.jsonl").read_bytes() == lines
-    assert world.relink(decisions=[_label("A", "B", False)]).plan.changes == []  # the journal caught up
+    assert (world.folder / "relinked" / "links.jsonl").read_bytes() == lines and len(lines.splitlines()) == 5
+    journal = Journal(world.state)
+    for line in lines.splitlines():  # the records the state owed, given
+        record = orjson.loads(line)
+        assert journal.link(record["doc_id"]) == {k: v for k, v in record.items() if k != "vector"}
+    journal.close()
 
 
 def test_a_relink_planned_on_another_state_writes_nothing(world: World) -> None:

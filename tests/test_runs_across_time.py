@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections import Counter
 from contextlib import closing
@@ -132,6 +134,40 @@ def test_a_journal_record_written_after_a_commit_lies_past_it_though_the_last_on
     reopened.commit()
     assert reopened.link("d", covered) is None and reopened.link("c", reopened.position) is not None
     reopened.close()
+
+
+@pytest.mark.parametrize("journal", ["deleted", "an older copy"])
+def test_a_state_folder_whose_journal_is_behind_its_state_is_refused(tmp_path: Path, journal: str) -> None:
+    """The journal is part of the state folder: `dedup run` takes the verdict of a document older than
+    `verdicts_days` from it, and tells by its positions what a kill left past the state's commit. A journal
+    deleted (taken for a cache) or put back from an older backup than the state numbers its new records at
+    positions the state's mark covers, and would pass them for ones the state took in. Every command that
+    writes the folder refuses it, in one line that says what to do, and changes nothing."""
+    now = int(time.time())
+    settings = Settings(stages=CHEAP)
+    source, paths = _run(tmp_path, settings, [_article("a", "https://a.example.com/a", TEXT_A, now - 10 * DAY_S)])
+    older = (paths.state / "journal.sqlite3").read_bytes()
+    run(settings, [_write(tmp_path / "b.jsonl", [_article("b", "https://b.example.com/b", TEXT_B, now)])], paths)
+    for name in ("journal.sqlite3", "journal.sqlite3-wal", "journal.sqlite3-shm"):
+        (paths.state / name).unlink(missing_ok=True)
+    if journal == "an older copy":
+        (paths.state / "journal.sqlite3").write_bytes(older)
+    state_before = (paths.state / "state.sqlite3").read_bytes()
+    links_before = paths.links.read_bytes()
+    with pytest.raises(ValueError, match=r"journal\.sqlite3 .* behind .*dedup replay"):
+        run(settings, [source], paths)
+    with pytest.raises(ValueError, match=r"journal\.sqlite3 .* behind"):
+        replay_files([str(paths.links)], paths.state)
+    assert (paths.state / "state.sqlite3").read_bytes() == state_before
+    assert paths.links.read_bytes() == links_before
+    done = subprocess.run(
+        [sys.executable, "-m", "streams", "run", source, "--out", str(paths.out), "--state", str(paths.state)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DEDUP_STAGES": '["url","content","simhash"]'},
+        check=False,
+    )
+    assert done.returncode == 2 and "behind" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 # --- far-future published_at: a re-run days later

@@ -29,7 +29,7 @@ from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
 from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import read_lines
-from streams.stores.journal import Journal
+from streams.stores.journal import Journal, settle
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 
@@ -59,6 +59,7 @@ def replay_files(
     with locked(state_dir), interrupts.installed():
         state = SqliteStateStore(state_dir / "state.sqlite3", retention=retention, band_layout=band_layout)
         journal = Journal(state_dir)
+        settle(journal, state)
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit, uncommitted = time.perf_counter(), 0
 

@@ -43,6 +43,7 @@ class Journal:
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / JOURNAL_FILE
+        self.path = path
         try:
             self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -131,8 +132,18 @@ class Journal:
 
 def settle(journal: Journal, state: SqliteStateStore) -> None:
     """Give the journal the records its state owes it (`SqliteStateStore.owe_journal`: a command killed after
-    committing the state), before anything reads the journal."""
+    committing the state), before anything reads the journal. ValueError, before any write, where the journal
+    ends before the position the state's last commit covered: deleted, or put back from an older copy than the
+    state. Its next records would be numbered at positions the state's mark covers, and pass for ones the state
+    took in (`link(..., through=)`); and it lacks verdicts the state has swept, which it alone keeps."""
     owed = state.journal_owed()
+    if state.journal_mark and journal.position < state.journal_mark:
+        raise ValueError(
+            f"{journal.path} is behind its state: its records end at position {journal.position:,}, and the"
+            f" state took in {state.journal_mark:,} (deleted, or put back from an older copy than state.sqlite3);"
+            " put back the journal that goes with this state, or"
+            " rebuild the folder with `dedup replay` from its links files into a new state folder"
+        )
     if not owed:
         return
     for record in owed:
