@@ -136,6 +136,25 @@ def test_a_journal_record_written_after_a_commit_lies_past_it_though_the_last_on
     reopened.close()
 
 
+def test_a_journal_keeps_the_record_of_every_story_an_id_was_used_for(tmp_path: Path) -> None:
+    """The latest record of an id is what relink reads; the run also asks whether it decided an id's earlier
+    story (`Journal.decided`), replaced before a commit or after, and whether a state that noted a position
+    took that record in."""
+    journal = Journal(tmp_path)
+    journal.put_link({"doc_id": "a", "content_hash": "c1", "verdict": "unique"})
+    journal.put_link({"doc_id": "a", "content_hash": "c2", "verdict": "duplicate"})  # replaced before a commit
+    assert journal.decided("a", "c1") == {"doc_id": "a", "content_hash": "c1", "verdict": "unique"}
+    journal.commit()
+    covered = journal.position
+    journal.put_link({"doc_id": "a", "content_hash": "c3", "verdict": "unique"})
+    journal.commit()
+    assert [journal.decided("a", c, covered) is not None for c in ("c1", "c2", "c3")] == [True, True, False]
+    assert [journal.decided("a", c) is not None for c in ("c1", "c2", "c3", "c4")] == [True, True, True, False]
+    assert journal.link("a") == {"doc_id": "a", "content_hash": "c3", "verdict": "unique"}
+    assert journal.decided("a", "c2") == {"doc_id": "a", "content_hash": "c2", "verdict": "duplicate"}
+    journal.close()
+
+
 @pytest.mark.parametrize("journal", ["deleted", "an older copy"])
 def test_a_state_folder_whose_journal_is_behind_its_state_is_refused(tmp_path: Path, journal: str) -> None:
     """The journal is part of the state folder: `dedup run` takes the verdict of a document older than
@@ -170,6 +189,54 @@ def test_a_state_folder_whose_journal_is_behind_its_state_is_refused(tmp_path: P
     assert done.returncode == 2 and "behind" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+def _killed(settings: Settings, source: str, paths: RunPaths, where: str, commit: int) -> None:
+    """`dedup run` with a commit after every document, killed by SIGKILL right after its `commit`-th commit of
+    `where` ("journal" or "state"), in a child process."""
+    from streams.runner import embedded
+
+    pid = os.fork()
+    if pid == 0:  # the child dies by SIGKILL; any other end is a failure
+        try:
+            embedded.CHUNK, embedded.COMMIT_SECONDS = 1, 0.0
+            owner = Journal if where == "journal" else SqliteStateStore
+            committed, calls = owner.commit, [0]
+
+            def killing(self: Any) -> None:
+                committed(self)
+                calls[0] += 1
+                if calls[0] == commit:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            owner.commit = killing  # type: ignore[method-assign]
+            run(settings, [source], paths)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+
+
+def test_a_run_killed_twice_in_a_row_is_completed_with_one_line_a_document(tmp_path: Path) -> None:
+    """The first kill, right after the journal's third commit, leaves the journal a record (`c`) past the state's
+    commit; the run resumed is killed right after the state's first commit. That commit noted the journal's
+    position, `c`'s record included, though the state never took `c` in: the run that completes the outputs took
+    it for a decision the state had made, and wrote `c`'s line a second time."""
+    now = int(time.time())
+    settings = Settings(stages=CHEAP)
+    records = [
+        _article("a", "https://a.example.com/a", TEXT_A, now - 3 * DAY_S),
+        _article("b", "https://a.example.com/b", TEXT_B, now - 3 * DAY_S),
+        _article("c", "https://a.example.com/c", TEXT_C, now - 3 * DAY_S),
+        _article("d", "https://d.example.com/d", TEXT_A, now - 2 * DAY_S),
+    ]
+    (tmp_path / "clean").mkdir()
+    source, clean = _run(tmp_path / "clean", settings, records)
+    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
+    _killed(settings, source, killed, "journal", 3)
+    _killed(settings, source, killed, "state", 1)
+    run(settings, [source], killed)
+    assert _verdicts(killed.links) == _verdicts(clean.links)
+
+
 # --- far-future published_at: a re-run days later
 
 
@@ -197,6 +264,28 @@ def test_rerunning_a_completed_run_with_a_far_future_document_writes_no_second_v
     time.sleep(4)
     stats = run(settings, [source], paths)  # a re-run of a completed run: must change nothing
     assert _verdicts(paths.links) == first, f"repeated={stats.repeated}"
+
+
+def test_rerunning_a_completed_run_with_an_id_reused_for_another_story_writes_nothing(tmp_path: Path) -> None:
+    """A crawler reuses the id `a` for another story ten days on, once the first one's verdict has expired: both
+    are decided under `a`. The same command again must change nothing. The journal kept only `a`'s latest
+    record, so the first story, older than `verdicts_days` at the state's clock, looked like an id seen again
+    with other content, and was decided again as a new version of it (`a#v...`): a second verdict."""
+    now = int(time.time())
+    settings = Settings(stages=CHEAP)  # verdicts_days 7
+    source, paths = _run(
+        tmp_path,
+        settings,
+        [
+            _article("a", "https://a.example.com/1", TEXT_A, now - 20 * DAY_S),
+            _article("a", "https://a.example.com/2", TEXT_B, now - 10 * DAY_S),
+        ],
+    )
+    first = _verdicts(paths.links)
+    assert first == [("a", "unique", "a", None), ("a", "unique", "a", None)]
+    stats = run(settings, [source], paths)
+    assert _verdicts(paths.links) == first
+    assert stats.repeated == 2
 
 
 # --- a replay done later

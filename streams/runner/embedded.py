@@ -283,9 +283,9 @@ def run(
                 for output in outputs:
                     output.close()
                 if consistent:
-                    journal.close()
-                    state.note_journal(journal.position)
                     state.note_output(outputs[0].path, links_size)
+                    _commit_both(state, journal)
+                    journal.close()
                     state.close()
                 # Otherwise the state is left uncommitted: it stays at its last commit, which
                 # the outputs hold, and the next run decides the rest again.
@@ -294,6 +294,17 @@ def run(
     stats.notes += [f"cut a torn last line ({o.torn:,} bytes) of {o.path}" for o in outputs if o.torn]
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats
+
+
+def _commit_both(state: SqliteStateStore, journal: Journal) -> None:
+    """The state, then the journal: the state's commit keeps the records the journal takes next (`owe_journal`),
+    so a kill between the two leaves the journal behind, given them by the next command (`settle`), never ahead
+    with records the state did not take in. The journal's position is noted with the state's next commit."""
+    state.owe_journal(journal.pending_links())
+    state.commit()
+    journal.commit()
+    state.note_journal(journal.position)
+    state.settle_journal()
 
 
 def sweep(retention: RetentionSettings, state: SqliteStateStore, vectors: EdgeVectorStore | None) -> int:
@@ -433,7 +444,9 @@ class _Run:
         first = self._journal.link(doc.doc_id, through)
         if future and (first is None or not self._state.verdict_expired(parse_timestamp(first["published_at"]))):
             return doc  # the state holds its verdict, stamped with the day the run that decided it clamped it to
-        for known, record in ((doc, first), (version, self._journal.link(version.doc_id, through))):
+        # Its own record, or one of a story its id was used for before the one the id has now.
+        same = self._journal.decided(doc.doc_id, doc.content_hash, through)
+        for known, record in ((doc, same), (version, self._journal.link(version.doc_id, through))):
             if record is not None and record.get("content_hash") == doc.content_hash:
                 return Decision(read_link_record(record).link, repeated=True, version=None if known is doc else known)
         return doc if first is None else version
@@ -481,12 +494,10 @@ class _Run:
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
-            self._journal.commit()
-            self._state.note_journal(self._journal.position)
             self._state.note_output(self._links.path, self._links.size)
             if self._vector_store is not None:
                 self._state.note_vector_shards(self._vector_store.shard_names())
-            self._state.commit()
+            _commit_both(self._state, self._journal)
             started = time.perf_counter()
             self.stats.expired += sweep(self._settings.retention, self._state, self._vector_store)
             self.stats.seconds["expire"] += time.perf_counter() - started

@@ -8,12 +8,15 @@ nothing but the state folder: the latest link record of every document (its
 features, without the vector, which the vector store holds) and every candidate
 record. The cascade never reads it.
 
-Writes are buffered and committed with the state (before it, so the journal never
-misses a verdict the state remembers; a record written again after a crash just
-replaces itself). A kill between the two commits leaves the journal ahead of the
-state: the state's commit notes the journal's position it covers
-(`SqliteStateStore.note_journal`), and a record past it is one the state never
-took in (`link(..., through=)`).
+Writes are buffered and committed with the state, after it: the state's commit
+keeps the records the journal takes next (`SqliteStateStore.owe_journal`), and a
+kill between the two leaves them to the next command to give (`settle`). So the
+journal never holds a record the state did not take in; each state commit notes
+the journal's position it covers (`SqliteStateStore.note_journal`), and a record
+past it (a journal committed first, by an earlier release) is not the state's
+(`link(..., through=)`). An id reused for other content keeps the latest record of
+each content it had (`decided`): a run reading the id's first story again knows it
+decided it.
 """
 
 from __future__ import annotations
@@ -32,13 +35,19 @@ CREATE TABLE IF NOT EXISTS links (position INTEGER PRIMARY KEY, doc_id TEXT NOT 
 CREATE TABLE IF NOT EXISTS candidates (
     position INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, record BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS earlier (
+    doc_id TEXT NOT NULL, content_hash TEXT NOT NULL, position INTEGER NOT NULL, record BLOB NOT NULL,
+    PRIMARY KEY (doc_id, content_hash)
+) WITHOUT ROWID;
 """
+_CONTENT = "json_extract(CAST(record AS TEXT), '$.content_hash')"
 _TABLES = ("links", "candidates")
 JOURNAL_FILE = "journal.sqlite3"
 
 
 class Journal:
-    """Latest link record and candidate record per document, in the order they were last written."""
+    """Latest link record and candidate record per document, in the order they were last written; and, for an id
+    reused for other content, the latest link record of each content it had before (`decided`)."""
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,13 +61,22 @@ class Journal:
         except sqlite3.Error as exc:
             raise cannot_open(path, "journal", exc) from None
         self._pending: dict[str, dict[str, bytes]] = {table: {} for table in _TABLES}
+        self._contents: dict[str, str | None] = {}
+        """The content hash of each pending link record."""
+        self._earlier: dict[tuple[str, str], bytes] = {}
+        """Pending link records of other content than their id's latest one, by id and content."""
         self.position = self._last_position()
         """Where the committed link records end: a state committed after the journal notes it."""
 
     def put_link(self, record: dict[str, Any]) -> None:
         """Keep a document's latest link record; its vector is left out (the vector store has it)."""
         kept = {key: value for key, value in record.items() if key != "vector"}
-        self._put("links", record["doc_id"], kept)
+        doc_id, content = record["doc_id"], record.get("content_hash")
+        before, pending = self._contents.get(doc_id), self._pending["links"].get(doc_id)
+        if pending is not None and before is not None and before != content:
+            self._earlier[(doc_id, before)] = pending
+        self._contents[doc_id] = content
+        self._put("links", doc_id, kept)
 
     def put_candidate(self, record: dict[str, Any]) -> None:
         self._put("candidates", record["doc_id"], record)
@@ -68,21 +86,40 @@ class Journal:
         pending.pop(doc_id, None)  # the latest write goes last, as in the table
         pending[doc_id] = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
 
+    def pending_links(self) -> list[bytes]:
+        """The link records written since the last commit, encoded, in the order a journal takes them again: what a
+        state committed before the journal owes it (`SqliteStateStore.owe_journal`)."""
+        return [*self._earlier.values(), *self._pending["links"].values()]
+
     def commit(self) -> None:
         """Write every buffered record in one transaction."""
         if not any(self._pending.values()):
             return
         self._db.execute("BEGIN")
+        # A record replacing one of other content keeps that one by id and content: a resumed or repeated run
+        # reads an id's first story again after the id was given a second one, and must know it decided it.
+        self._db.executemany(
+            f"INSERT OR REPLACE INTO earlier SELECT doc_id, {_CONTENT}, position, record FROM links"
+            f" WHERE doc_id = ? AND {_CONTENT} IS NOT NULL AND {_CONTENT} IS NOT ?",
+            [(doc_id, content) for doc_id, content in self._contents.items() if content is not None],
+        )
+        # Numbered past the last committed position, not by SQLite (one past the largest row left): a record
+        # written again that was the last one would leave its position to the first new one, which a state's
+        # mark (`through`) covers. Records replaced before this commit come first.
+        start = self._last_position("links") + 1
+        earlier = [
+            (doc_id, content, start + n, record) for n, ((doc_id, content), record) in enumerate(self._earlier.items())
+        ]
+        self._db.executemany("INSERT OR REPLACE INTO earlier VALUES (?, ?, ?, ?)", earlier)
+        starts = {"links": start + len(earlier), "candidates": self._last_position("candidates") + 1}
+        self._earlier.clear()
+        self._contents.clear()
         for table, pending in self._pending.items():
-            # Delete, then insert: a record written again moves to the end, where its latest write belongs. Numbered
-            # past the last committed position, not by SQLite (one past the largest row left): a record written
-            # again that was the last one would leave its position to the first new one, which a state's mark
-            # (`through`) covers.
-            start = self._last_position(table) + 1
+            # Delete, then insert: a record written again moves to the end, where its latest write belongs.
             self._db.executemany(f"DELETE FROM {table} WHERE doc_id = ?", [(doc_id,) for doc_id in pending])
             self._db.executemany(
                 f"INSERT INTO {table} (position, doc_id, record) VALUES (?, ?, ?)",
-                [(start + n, doc_id, record) for n, (doc_id, record) in enumerate(pending.items())],
+                [(starts[table] + n, doc_id, record) for n, (doc_id, record) in enumerate(pending.items())],
             )
             pending.clear()
         self._db.execute("COMMIT")
@@ -99,6 +136,23 @@ class Journal:
         """The latest link record of `doc_id`, or None; with `through`, None also for a committed one written
         past that position (a state that noted `through` never took it in). A buffered one is this process's."""
         return self._get("links", doc_id, through)
+
+    def decided(self, doc_id: str, content_hash: str, through: int | None = None) -> dict[str, Any] | None:
+        """The latest link record of `doc_id` given for this content: its latest, or one of an earlier story the id
+        was used for. With `through`, the latest one a state that noted `through` took in."""
+        pending = self._pending["links"].get(doc_id)
+        if pending is not None and self._contents.get(doc_id) == content_hash:
+            return orjson.loads(pending)
+        if (doc_id, content_hash) in self._earlier:
+            return orjson.loads(self._earlier[(doc_id, content_hash)])
+        bound = through if through is not None else -1
+        row = self._db.execute(
+            f"SELECT position, record FROM links WHERE doc_id = ?1 AND {_CONTENT} = ?2 AND (?3 < 0 OR position <= ?3)"
+            " UNION ALL SELECT position, record FROM earlier WHERE doc_id = ?1 AND content_hash = ?2"
+            " AND (?3 < 0 OR position <= ?3) ORDER BY position DESC LIMIT 1",
+            (doc_id, content_hash, bound),
+        ).fetchone()
+        return None if row is None else orjson.loads(row[1])
 
     def candidate(self, doc_id: str) -> dict[str, Any] | None:
         """The candidate record of `doc_id` (a document the semantic stage searched with), or None."""

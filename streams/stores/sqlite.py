@@ -341,8 +341,9 @@ class SqliteStateStore:
         return stamp is None or stamp >= self._since[table]
 
     def note_journal(self, position: int) -> None:
-        """The journal's records are committed through `position`: noted with the state's next commit."""
-        self._noted = position
+        """The journal's records are committed through `position`: noted with the state's next commit, and the
+        state's from now (the state took them in before the journal committed them, see `owe_journal`)."""
+        self._noted = self.journal_mark = position
 
     def note_output(self, path: Path, size: int) -> None:
         """An output file of a run holds `size` bytes that this state has taken in: noted with the next commit."""
@@ -364,11 +365,15 @@ class SqliteStateStore:
         vectors are lost is refused, not decided on as if it had none (`vector_shards`)."""
         self._db.executemany("INSERT OR IGNORE INTO made_with VALUES (?, '1')", [(f"vectors/{n}",) for n in names])
 
-    def owe_journal(self, records: Iterable[dict[str, Any]]) -> None:
-        """Link records the journal takes after the state's next commit, kept in that commit: a kill between
-        the two leaves them here for the next command to give the journal (`journal_owed`). A relink commits
-        the state first, since it writes nothing there until every change is checked against it."""
-        self._owed.extend(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) for record in records)
+    def owe_journal(self, records: Iterable[dict[str, Any] | bytes]) -> None:
+        """Link records (or their JSON) the journal takes after the state's next commit, kept in that commit: a
+        kill between the two leaves them here for the next command to give the journal (`journal_owed`). The
+        state commits first, so the journal never holds a record the state did not take in: a record past the
+        state's mark would pass for one it took in once a later commit's mark covered it."""
+        self._owed.extend(
+            record if isinstance(record, bytes) else orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
+            for record in records
+        )
 
     def journal_owed(self) -> list[dict[str, Any]]:
         """The records a committed state owes its journal, in the order they were written."""
