@@ -33,7 +33,7 @@ import orjson
 
 from streams.config import RetentionSettings, Settings
 from streams.core.cascade import Cascade, Decision
-from streams.core.model import Document, Link, Stage, clamped, version_id
+from streams.core.model import Document, Stage, clamped, version_id
 from streams.core.ports import Embedder
 from streams.records.article import Featurizer, Rejection, parse_timestamp
 from streams.records.output import candidate_record, deduped_record, link_record, read_link_record
@@ -41,7 +41,7 @@ from streams.runner.collector import rare_collections
 from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
 from streams.runner.summary import RunStats
-from streams.stores.journal import Journal, settle
+from streams.stores.journal import Journal, commit_state_then_journal, settle
 from streams.stores.sqlite import SqliteStateStore
 
 if TYPE_CHECKING:
@@ -266,11 +266,11 @@ def run(
             JsonlOutput(paths.candidates, candidate_identity, fresh=fresh),
         )
         held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
-        consistent = False
+        consistent = completed = False
         try:
             work = _Run(settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress)
             stats = work.run(read_lines(sources, settings.max_record_bytes))
-            consistent = True
+            consistent = completed = True
         except KeyboardInterrupt:
             consistent = True  # held to document boundaries: every recorded verdict is written
             raise
@@ -279,12 +279,12 @@ def run(
             raise failed.__cause__ from None
         finally:
             with interrupts:
-                links_size = outputs[0].size
+                links_committed = outputs[0].committed(completed)
                 for output in outputs:
                     output.close()
                 if consistent:
-                    state.note_output(outputs[0].path, links_size)
-                    _commit_both(state, journal)
+                    state.note_output(outputs[0].path, links_committed)
+                    commit_state_then_journal(state, journal)
                     journal.close()
                     state.close()
                 # Otherwise the state is left uncommitted: it stays at its last commit, which
@@ -294,17 +294,6 @@ def run(
     stats.notes += [f"cut a torn last line ({o.torn:,} bytes) of {o.path}" for o in outputs if o.torn]
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats
-
-
-def _commit_both(state: SqliteStateStore, journal: Journal) -> None:
-    """The state, then the journal: the state's commit keeps the records the journal takes next (`owe_journal`),
-    so a kill between the two leaves the journal behind, given them by the next command (`settle`), never ahead
-    with records the state did not take in. The journal's position is noted with the state's next commit."""
-    state.owe_journal(journal.pending_links())
-    state.commit()
-    journal.commit()
-    state.note_journal(journal.position)
-    state.settle_journal()
 
 
 def sweep(retention: RetentionSettings, state: SqliteStateStore, vectors: EdgeVectorStore | None) -> int:
@@ -375,7 +364,7 @@ class _Run:
             raise
         if chunk:
             self._chunk(chunk)
-        self._commit()
+        self._commit(completed=True)
         self.stats.elapsed = time.perf_counter() - started
         for stage, seconds in self._cascade.seconds.items():
             self.stats.seconds[stage.value] = seconds
@@ -457,7 +446,7 @@ class _Run:
         link = decision.link
         self.stats.count(link, decision.repeated)
         record = link_record(link, doc, vector, stages=self._settings.stages)
-        if not self._links.write(record, None if decision.repeated else lambda: self._registered_again(link)):
+        if not self._links.write(record, None if decision.repeated else lambda: self._registered_again(record)):
             self.stats.already_written += 1
         if not decision.repeated:
             self._journal.put_link(record)
@@ -474,13 +463,16 @@ class _Run:
         if link.publishes and not decision.repeated:
             self._deduped.write(deduped_record(link, doc))
 
-    def _registered_again(self, link: Link) -> bool:
-        """Whether a document decided afresh, whose line says what an earlier line says, was decided before by
-        this process or by a run the state took in: then its verdict has expired since, and this is its
-        registration again, which the links must hold to age it from its new date. Otherwise (the journal's
-        record of it, if any, is past the state's last commit) a kill left its line before the state's
-        commit, and this is the same decision made again."""
-        return self._journal.link(link.doc_id, self._state.journal_mark) is not None
+    def _registered_again(self, record: dict[str, Any]) -> bool:
+        """Whether a document decided afresh, whose line says what an earlier line says, was decided with this
+        content before, by this process or by a run the state took in: then its verdict has expired since, and
+        this is its registration again, which the links must hold to age it from its new date. Otherwise a
+        kill left its line before the state's commit, and this is the same decision made again."""
+        content = record.get("content_hash")
+        return (
+            content is not None
+            and self._journal.decided(record["doc_id"], content, self._state.journal_mark) is not None
+        )
 
     def _done(self, line: InputLine) -> None:
         self._done_lines += 1
@@ -488,16 +480,17 @@ class _Run:
         if self._on_progress is not None:
             self._on_progress(self._done_lines, self._done_bytes)
 
-    def _commit(self) -> None:
+    def _commit(self, completed: bool = False) -> None:
         """Outputs reach the disk before the state that remembers them (see the module docstring); then
-        what has expired is swept (made durable by the next commit, or by closing the state)."""
+        what has expired is swept (made durable by the next commit, or by closing the state). `completed`:
+        every line of the input is decided."""
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
-            self._state.note_output(self._links.path, self._links.size)
+            self._state.note_output(self._links.path, self._links.committed(completed))
             if self._vector_store is not None:
                 self._state.note_vector_shards(self._vector_store.shard_names())
-            _commit_both(self._state, self._journal)
+            commit_state_then_journal(self._state, self._journal)
             started = time.perf_counter()
             self.stats.expired += sweep(self._settings.retention, self._state, self._vector_store)
             self.stats.seconds["expire"] += time.perf_counter() - started

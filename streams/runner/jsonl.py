@@ -167,6 +167,8 @@ class JsonlOutput:
         given: a few seconds of records, not the file."""
         self.torn = 0
         """Bytes of a torn last line cut on opening."""
+        self._tail: int | None = None
+        """Where the records past the writer's last commit began when the file was opened, if any were there."""
         if path.exists() and not fresh:
             self._load(committed)
         self._handle = open(path, "wb" if fresh else "ab")  # noqa: SIM115 - closed in close()
@@ -192,6 +194,8 @@ class JsonlOutput:
                 if self._occurrence is not None and whole >= committed:
                     self._occurred.add(_digest(self._occurrence(record)))
                 whole += len(line)
+            if whole > committed:
+                self._tail = committed
             end = handle.seek(0, os.SEEK_END)
             if whole < end:
                 handle.truncate(whole)
@@ -214,10 +218,11 @@ class JsonlOutput:
         self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
         return True
 
-    @property
-    def size(self) -> int:
-        """Bytes written to the file, the ones still buffered included."""
-        return self._handle.tell()
+    def committed(self, completed: bool) -> int:
+        """The bytes at the file's start that a commit of the writer's state now covers: all of them, but for
+        the records an earlier process left past its last commit (a kill) while this one has not completed its
+        run. Those are decided again as the run reaches them, not at its first commit."""
+        return self._handle.tell() if completed or self._tail is None else self._tail
 
     def sync(self) -> None:
         """Make every line written so far durable (before the state that remembers them is committed)."""

@@ -29,7 +29,7 @@ from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
 from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import read_lines
-from streams.stores.journal import Journal, settle
+from streams.stores.journal import Journal, commit_state_then_journal, settle
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
 
@@ -72,10 +72,8 @@ def replay_files(
             )
 
         def commit() -> None:
-            journal.commit()
-            state.note_journal(journal.position)
             state.note_vector_shards(vectors.shard_names())
-            state.commit()
+            commit_state_then_journal(state, journal)
             sweep(retention, state, vectors)
 
         consistent = False
@@ -136,8 +134,8 @@ def replay_files(
         finally:
             with interrupts:
                 if consistent:
+                    commit_state_then_journal(state, journal)
                     journal.close()
-                    state.note_journal(journal.position)
                     state.close()
                 # Otherwise both stay at their last commit (a link restored in part is never kept) and
                 # the next replay restores the rest again.

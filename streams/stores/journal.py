@@ -91,6 +91,10 @@ class Journal:
         state committed before the journal owes it (`SqliteStateStore.owe_journal`)."""
         return [*self._earlier.values(), *self._pending["links"].values()]
 
+    def pending_candidates(self) -> list[bytes]:
+        """The candidate records written since the last commit, encoded: owed as `pending_links` are."""
+        return list(self._pending["candidates"].values())
+
     def commit(self) -> None:
         """Write every buffered record in one transaction."""
         if not any(self._pending.values()):
@@ -190,7 +194,7 @@ def settle(journal: Journal, state: SqliteStateStore) -> None:
     ends before the position the state's last commit covered: deleted, or put back from an older copy than the
     state. Its next records would be numbered at positions the state's mark covers, and pass for ones the state
     took in (`link(..., through=)`); and it lacks verdicts the state has swept, which it alone keeps."""
-    owed = state.journal_owed()
+    owed, owed_candidates = state.journal_owed(), state.journal_owed_candidates()
     if state.journal_mark and journal.position < state.journal_mark:
         raise ValueError(
             f"{journal.path} is behind its state: its records end at position {journal.position:,}, and the"
@@ -198,11 +202,24 @@ def settle(journal: Journal, state: SqliteStateStore) -> None:
             " put back the journal that goes with this state, or"
             " rebuild the folder with `dedup replay` from its links files into a new state folder"
         )
-    if not owed:
+    if not owed and not owed_candidates:
         return
     for record in owed:
         journal.put_link(record)
+    for record in owed_candidates:
+        journal.put_candidate(record)
     journal.commit()
     state.note_journal(journal.position)
     state.settle_journal()
     state.commit()
+
+
+def commit_state_then_journal(state: SqliteStateStore, journal: Journal) -> None:
+    """The state, then the journal: the state's commit keeps the records the journal takes next (`owe_journal`),
+    so a kill between the two leaves the journal behind, given them by the next command (`settle`), never ahead
+    with records the state did not take in. The journal's position is noted with the state's next commit."""
+    state.owe_journal(journal.pending_links(), journal.pending_candidates())
+    state.commit()
+    journal.commit()
+    state.note_journal(journal.position)
+    state.settle_journal()

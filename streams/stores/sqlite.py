@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS groups (canonical_id TEXT PRIMARY KEY, size INTEGER N
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS made_with (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_owed (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS journal_owed_candidates (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
 """
 _OUTPUT = "output:"
 """The `meta` rows of output marks (`note_output`), named by the file's resolved path."""
@@ -167,6 +168,7 @@ class SqliteStateStore:
         self._noted: int | None = None
         self._outputs_noted: dict[str, int] = {}
         self._owed: list[bytes] = []
+        self._owed_candidates: list[bytes] = []
         self._settled = False
         row = self._db.execute("SELECT value FROM meta WHERE name = 'clock'").fetchone()
         self._clock = 0
@@ -276,9 +278,14 @@ class SqliteStateStore:
         self._outputs_noted.clear()
         if self._settled:
             db.execute("DELETE FROM journal_owed")
+            db.execute("DELETE FROM journal_owed_candidates")
             self._settled = False
         db.executemany("INSERT INTO journal_owed (record) VALUES (?)", [(record,) for record in self._owed])
+        db.executemany(
+            "INSERT INTO journal_owed_candidates (record) VALUES (?)", [(record,) for record in self._owed_candidates]
+        )
         self._owed.clear()
+        self._owed_candidates.clear()
         if self._clock:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (self._clock,))
             if self._unstamped:  # "stamped at migration": with the first clock the old rows see
@@ -365,19 +372,26 @@ class SqliteStateStore:
         vectors are lost is refused, not decided on as if it had none (`vector_shards`)."""
         self._db.executemany("INSERT OR IGNORE INTO made_with VALUES (?, '1')", [(f"vectors/{n}",) for n in names])
 
-    def owe_journal(self, records: Iterable[dict[str, Any] | bytes]) -> None:
-        """Link records (or their JSON) the journal takes after the state's next commit, kept in that commit: a
-        kill between the two leaves them here for the next command to give the journal (`journal_owed`). The
-        state commits first, so the journal never holds a record the state did not take in: a record past the
-        state's mark would pass for one it took in once a later commit's mark covered it."""
+    def owe_journal(self, records: Iterable[dict[str, Any] | bytes], candidates: Iterable[bytes] = ()) -> None:
+        """Link records (or their JSON), and candidate records' JSON, the journal takes after the state's next
+        commit, kept in that commit: a kill between the two leaves them here for the next command to give the
+        journal (`journal_owed`). The state commits first, so the journal never holds a record the state did
+        not take in: a record past the state's mark would pass for one it took in once a later commit's mark
+        covered it."""
         self._owed.extend(
             record if isinstance(record, bytes) else orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
             for record in records
         )
+        self._owed_candidates.extend(candidates)
 
     def journal_owed(self) -> list[dict[str, Any]]:
-        """The records a committed state owes its journal, in the order they were written."""
+        """The link records a committed state owes its journal, in the order they were written."""
         rows = self._db.execute("SELECT record FROM journal_owed ORDER BY position").fetchall()
+        return [orjson.loads(record) for (record,) in rows]
+
+    def journal_owed_candidates(self) -> list[dict[str, Any]]:
+        """The candidate records a committed state owes its journal, in the order they were written."""
+        rows = self._db.execute("SELECT record FROM journal_owed_candidates ORDER BY position").fetchall()
         return [orjson.loads(record) for (record,) in rows]
 
     def settle_journal(self) -> None:
