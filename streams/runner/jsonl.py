@@ -163,8 +163,8 @@ class JsonlOutput:
         self._occurrence = occurrence
         self._seen: set[bytes] = set()
         self._occurred: set[bytes] = set()
-        """Occurrence keys of the records past `committed` bytes and of every one written, where `occurrence` is
-        given: a few seconds of records, not the file."""
+        """Occurrence keys of the records past `committed` bytes, where `occurrence` is given: what a kill left
+        past the last commit (a few seconds of records), not the file."""
         self.torn = 0
         """Bytes of a torn last line cut on opening."""
         self._tail: int | None = None
@@ -209,12 +209,15 @@ class JsonlOutput:
         there is written where `again` (asked only then) says it is another occurrence of it, unless this
         very occurrence is there too (the file has `occurrence`'s key: a run decided it before a kill)."""
         key = self._key(record)
-        occurred = _digest(self._occurrence(record)) if self._occurrence is not None else None
-        if key in self._seen and (occurred is None or occurred in self._occurred or again is None or not again()):
-            return False
+        if key in self._seen:
+            # Only records a process before this one left past its last commit are kept by occurrence: this one
+            # decides a document afresh with the same date once at most (after that, a record of that date is
+            # older than its verdict and is read from the journal).
+            if again is None or self._occurrence is None or _digest(self._occurrence(record)) in self._occurred:
+                return False
+            if not again():
+                return False
         self._seen.add(key)
-        if occurred is not None:
-            self._occurred.add(occurred)
         self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
         return True
 
