@@ -8,7 +8,7 @@ documents, so the kills land between commits as well as inside them. Then the tw
 links.jsonl and deduped.jsonl (but for when each was written), the same state (verdicts, keys, groups, band
 entries in the same order) and the same journal.
 
-The kills are SIGKILL sent by the run to itself (in a forked child): what an OOM killer or a power cut leaves,
+The kills are SIGKILL sent by the run to itself (in a child process): what an OOM killer or a power cut leaves,
 but for the page cache, which survives a process's death. `emit-flushed` flushes the outputs' buffers first,
 as a full buffer does.
 """
@@ -32,6 +32,7 @@ from streams.runner import embedded
 from streams.runner.embedded import RunPaths, run
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
+from tests.children import KILLED, in_child
 from tests.test_random_streams import OPTIONS, drawn
 
 KILLS = ("emit", "emit-flushed", "journal", "state")
@@ -39,30 +40,31 @@ KILLS = ("emit", "emit-flushed", "journal", "state")
 n-th commit of the journal or of the state."""
 
 
-def _in_child(work: Callable[[], None]) -> int:
-    """`work` in a forked child, its wait status; a child that raises ends with 3."""
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            work()
-        except BaseException:  # the child reports by its status alone
-            code = 3
-        finally:
-            os._exit(code)
-    return os.waitpid(pid, 0)[1]
+Kill = tuple[str, int] | None
+"""Where a child kills itself (`_arm`), or None."""
 
 
-def _run_in_chunks(settings: Settings, source: str, paths: RunPaths, chunk: int, kill: tuple[str, int] | None) -> int:
+def _run_in_chunks(
+    settings: Settings, source: str, paths: RunPaths, chunk: int, kill: tuple[str, int] | None
+) -> int | None:
     """`dedup run` committing after every `chunk` documents, killed by SIGKILL at `kill`, in a child."""
+    return in_child(_run_child, settings, source, paths, chunk, kill)
 
-    def work() -> None:
-        embedded.CHUNK, embedded.COMMIT_SECONDS = chunk, 0.0
-        if kill is not None:
-            _arm(*kill)
-        run(settings, [source], paths)
 
-    return _in_child(work)
+def _run_child(settings: Settings, source: str, paths: RunPaths, chunk: int, kill: Kill) -> None:
+    embedded.CHUNK, embedded.COMMIT_SECONDS = chunk, 0.0
+    if kill is not None:
+        _arm(*kill)
+    run(settings, [source], paths)
+
+
+def _replay_child(links: str, folder: Path, every: int, kill: Kill, settings: Settings) -> None:
+    from streams.runner import replay
+
+    replay.COMMIT_LINKS = every
+    if kill is not None:
+        _arm(*kill)
+    replay.replay_files([links], folder, retention=settings.retention, band_layout=settings.simhash.band_layout)
 
 
 def _arm(where: str, after: int) -> None:
@@ -128,7 +130,7 @@ def test_a_run_killed_anywhere_then_run_again_ends_as_a_run_never_killed(tmp_pat
         where = rng.choice(KILLS)
         kills.append((where, rng.randint(1, len(records) if where.startswith("emit") else len(records) // chunk + 1)))
         status = _run_in_chunks(settings, str(source), killed, chunk, kills[-1])
-        assert status == 0 or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL), (seed, status)
+        assert status in (0, KILLED), (seed, status)
     assert _run_in_chunks(settings, str(source), killed, chunk, None) == 0
     said = f"seed {seed}, chunks of {chunk}, kills {kills}: {shown}"
     assert _lines(killed.links) == _lines(clean.links), said
@@ -154,7 +156,7 @@ def test_a_run_killed_between_its_state_and_its_journal_keeps_its_candidate_reco
     assert _run_in_chunks(settings, str(source), clean, 1, None) == 0
     killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
     status = _run_in_chunks(settings, str(source), killed, 1, ("state", 2))
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    assert status == KILLED, status
     assert _run_in_chunks(settings, str(source), killed, 1, None) == 0
 
     def candidates(folder: Path) -> list[str]:
@@ -175,8 +177,6 @@ def test_a_file_replay_killed_anywhere_then_run_again_rebuilds_the_state_a_repla
     """`dedup replay` of a random stream's links.jsonl, committing after every one to four links, killed by
     SIGKILL after a drawn commit of its journal or state (once to three times), then run again: the state and
     journal of a replay never killed."""
-    from streams.runner import replay
-
     rng, _, records, shown = drawn(seed)
     settings = Settings(**OPTIONS)
     source = tmp_path / "in.jsonl"
@@ -185,21 +185,15 @@ def test_a_file_replay_killed_anywhere_then_run_again_rebuilds_the_state_a_repla
     assert _run_in_chunks(settings, str(source), live, 4, None) == 0
     links, every = str(live.links), rng.randint(1, 4)
 
-    def replayed(folder: Path, kill: tuple[str, int] | None) -> int:
-        def work() -> None:
-            replay.COMMIT_LINKS = every
-            if kill is not None:
-                _arm(*kill)
-            replay.replay_files([links], folder, retention=settings.retention, band_layout=settings.simhash.band_layout)
-
-        return _in_child(work)
+    def replayed(folder: Path, kill: Kill) -> int | None:
+        return in_child(_replay_child, links, folder, every, kill, settings)
 
     assert replayed(tmp_path / "clean", None) == 0
     kills = []
     for _ in range(rng.randint(1, 3)):
         kills.append((rng.choice(["journal", "state"]), rng.randint(1, len(records) // every + 1)))
         status = replayed(tmp_path / "killed", kills[-1])
-        assert status == 0 or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL), (seed, status)
+        assert status in (0, KILLED), (seed, status)
     assert replayed(tmp_path / "killed", None) == 0
     said = f"seed {seed}, commits every {every} links, kills {kills}: {shown}"
     assert _state(tmp_path / "killed") == _state(tmp_path / "clean"), said
@@ -234,6 +228,6 @@ def test_a_line_a_kill_left_past_a_commit_is_written_once_after_a_second_kill(tm
     killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
     for kill in (("emit-flushed", 4), ("emit", 2)):
         status = _run_in_chunks(settings, str(source), killed, 1, kill)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+        assert status == KILLED, status
     assert _run_in_chunks(settings, str(source), killed, 1, None) == 0
     assert _lines(killed.links) == _lines(clean.links)

@@ -45,6 +45,7 @@ from streams.runner.replay import replay_files
 from streams.stores.batched import BatchedState
 from streams.stores.journal import Journal
 from streams.vectors.edge import EdgeVectorStore
+from tests.children import KILLED, in_child
 
 LINK_SCHEMA = json.loads((Path(__file__).parent.parent / "schemas" / "link.schema.json").read_text())
 
@@ -686,15 +687,8 @@ def test_a_relink_stopped_before_the_journal_was_written_is_completed_by_running
     """Killed between the state's commit and the journal's (SIGKILL as the journal commits): the state is relinked
     and owes the journal its records. The same relink again gives them first, and so plans, makes and writes
     nothing more."""
-    pid = os.fork()
-    if pid == 0:  # the child dies by SIGKILL as the journal commits; any other end is a failure
-        try:
-            Journal.commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
-            world.relink(decisions=[_label("A", "B", False)])
-        finally:
-            os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+    status = in_child(_relink_killed_as_its_journal_commits, world.state, world.folder / "relinked", "A", "B")
+    assert status == KILLED, status
     lines = (world.folder / "relinked" / "links.jsonl").read_bytes()
     relinked = dump(world.state)
     again = world.relink(decisions=[_label("A", "B", False)])
@@ -706,6 +700,11 @@ def test_a_relink_stopped_before_the_journal_was_written_is_completed_by_running
         record = orjson.loads(line)
         assert journal.link(record["doc_id"]) == {k: v for k, v in record.items() if k != "vector"}
     journal.close()
+
+
+def _relink_killed_as_its_journal_commits(state: Path, out: Path, a: str, b: str) -> None:
+    Journal.commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
+    relink_files(state, out, decisions=[_label(a, b, False)])
 
 
 def test_a_relink_planned_on_another_state_writes_nothing(world: World) -> None:
