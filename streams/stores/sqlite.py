@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS made_with (name TEXT PRIMARY KEY, value TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS journal_owed (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS journal_owed_candidates (position INTEGER PRIMARY KEY, record BLOB NOT NULL);
 """
+_OWED_LINKS, _OWED_CANDIDATES = "journal_owed", "journal_owed_candidates"
 _OUTPUT = "output:"
 """The `meta` rows of output marks (`note_output`), named by the file's resolved path."""
 _BEFORE_LAYOUTS = FOUR_BY_16.name
@@ -271,21 +272,17 @@ class SqliteStateStore:
         if self._swept_to is not None:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('verdicts_horizon', ?)", (self._swept_to,))
             self._swept_to = None
-        if self._noted is not None:
+        if self._noted is not None:  # `journal_mark` took it when noted
             db.execute("INSERT OR REPLACE INTO meta VALUES ('journal', ?)", (self._noted,))
-            self.journal_mark, self._noted = self._noted, None
+            self._noted = None
         db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", self._outputs_noted.items())
         self._outputs_noted.clear()
-        if self._settled:
-            db.execute("DELETE FROM journal_owed")
-            db.execute("DELETE FROM journal_owed_candidates")
-            self._settled = False
-        db.executemany("INSERT INTO journal_owed (record) VALUES (?)", [(record,) for record in self._owed])
-        db.executemany(
-            "INSERT INTO journal_owed_candidates (record) VALUES (?)", [(record,) for record in self._owed_candidates]
-        )
-        self._owed.clear()
-        self._owed_candidates.clear()
+        for table, owed in ((_OWED_LINKS, self._owed), (_OWED_CANDIDATES, self._owed_candidates)):
+            if self._settled:
+                db.execute(f"DELETE FROM {table}")
+            db.executemany(f"INSERT INTO {table} (record) VALUES (?)", [(record,) for record in owed])
+            owed.clear()
+        self._settled = False
         if self._clock:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('clock', ?)", (self._clock,))
             if self._unstamped:  # "stamped at migration": with the first clock the old rows see
@@ -386,12 +383,14 @@ class SqliteStateStore:
 
     def journal_owed(self) -> list[dict[str, Any]]:
         """The link records a committed state owes its journal, in the order they were written."""
-        rows = self._db.execute("SELECT record FROM journal_owed ORDER BY position").fetchall()
-        return [orjson.loads(record) for (record,) in rows]
+        return self._owed_rows(_OWED_LINKS)
 
     def journal_owed_candidates(self) -> list[dict[str, Any]]:
         """The candidate records a committed state owes its journal, in the order they were written."""
-        rows = self._db.execute("SELECT record FROM journal_owed_candidates ORDER BY position").fetchall()
+        return self._owed_rows(_OWED_CANDIDATES)
+
+    def _owed_rows(self, table: str) -> list[dict[str, Any]]:
+        rows = self._db.execute(f"SELECT record FROM {table} ORDER BY position").fetchall()
         return [orjson.loads(record) for (record,) in rows]
 
     def settle_journal(self) -> None:
