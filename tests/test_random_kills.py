@@ -28,12 +28,15 @@ import orjson
 import pytest
 
 from streams.config import Settings
-from streams.runner import embedded
+from streams.core.relink import Label
+from streams.runner import embedded, relink
 from streams.runner.embedded import RunPaths, run
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 from tests.children import KILLED, in_child
-from tests.test_random_streams import OPTIONS, drawn
+from tests.test_random_relinks import _cut, _labels, _latest, _linked_back
+from tests.test_random_replays import _drawn, _run, _settings
+from tests.test_random_streams import OPTIONS, RETENTION, drawn
 
 KILLS = ("emit", "emit-flushed", "journal", "state")
 """Where a kill lands: after the n-th document is written (its lines still buffered, or flushed), after the
@@ -71,20 +74,24 @@ def _arm(where: str, after: int) -> None:
     """Make this process kill itself after the `after`-th document written or commit of `where`."""
     calls = [0]
 
-    def counted(method: Callable[..., None], before: Callable[[Any], None] | None = None) -> Callable[..., None]:
-        def call(self: Any, *args: Any) -> None:
-            method(self, *args)
+    def counted(method: Callable[..., Any], before: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+        def call(self: Any, *args: Any) -> Any:
+            result = method(self, *args)
             calls[0] += 1
             if calls[0] == after:
                 if before is not None:
                     before(self)
                 os.kill(os.getpid(), signal.SIGKILL)
+            return result
 
         return call
 
     if where.startswith("emit"):
         flush = (lambda run: [output._handle.flush() for output in run._outputs]) if where == "emit-flushed" else None
         embedded._Run._emit = counted(embedded._Run._emit, flush)  # type: ignore[method-assign]
+    elif where.startswith("relinked"):
+        flush = (lambda links: links._handle.flush()) if where == "relinked-flushed" else None
+        relink._LastRecords.write = counted(relink._LastRecords.write, flush)  # type: ignore[method-assign]
     elif where == "journal":
         Journal.commit = counted(Journal.commit)  # type: ignore[method-assign]
     else:
@@ -231,3 +238,71 @@ def test_a_line_a_kill_left_past_a_commit_is_written_once_after_a_second_kill(tm
         assert status == KILLED, status
     assert _run_in_chunks(settings, str(source), killed, 1, None) == 0
     assert _lines(killed.links) == _lines(clean.links)
+
+
+RELINK_KILLS = ("relinked", "relinked-flushed", "journal", "state")
+"""Where a kill lands in `dedup relink`: after the n-th link record it writes (still buffered, or flushed), after
+the n-th commit of the journal or of the state."""
+
+
+def _relink_child(out: Path, labels: list[Label], head: Path, options: dict[str, Any], kill: Kill) -> None:
+    """`dedup relink --state OUT/state --out OUT` of `labels`, with the stream's settings in the environment, where
+    `relink_files` reads them (the forkserver's environment is the one it started with)."""
+    for name, value in _environment(options).items():
+        os.environ[name] = value
+    if kill is not None:
+        _arm(*kill)
+    relink.relink_files(out / "state", out, decisions=labels, articles=[head])
+
+
+def _environment(options: dict[str, Any]) -> dict[str, str]:
+    return {
+        "DEDUP_RETENTION__BANDS_DAYS": str(RETENTION.bands_days),
+        "DEDUP_RETENTION__EXACT_DAYS": str(RETENTION.exact_days),
+        "DEDUP_RETENTION__VERDICTS_DAYS": str(RETENTION.verdicts_days),
+        "DEDUP_GROUP_CAP": str(options["group_cap"]),
+        "DEDUP_SIMHASH__FIGURE_CHECK": str(options["figure_check"]),
+    }
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_relink_killed_anywhere_then_run_again_ends_as_a_relink_never_killed(tmp_path: Path, seed: int) -> None:
+    """README: a relink stopped anywhere is completed by running it again. `test_random_relinks.py`'s streams and
+    labels (a head through `dedup run`, a few duplicates unlinked or reviews decided, then some unlinked ones linked
+    back): each relink killed by SIGKILL once to three times in a row, after a drawn record written or a drawn
+    commit, then run again to completion; then the tail through `dedup run`. The outputs, state and journal must be
+    those of the same relinks never killed, after the relinks and after the tail."""
+    rng, records, shown, options = _drawn(seed)
+    settings = _settings(options)
+    cut = _cut(rng, tmp_path, settings, records, [len(records[: i + 1]) for i in range(len(records))])
+    head, tail = tmp_path / "head.jsonl", tmp_path / "tail.jsonl"
+    head.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records[:cut]))
+    tail.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records[cut:]))
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    for out in (clean, killed):
+        _run(settings, head, out, out / "state")
+    before = _latest(clean)
+    labels = _labels(rng, before)
+    assert in_child(_relink_child, clean, labels, head, options, None) == 0
+    back = _linked_back(rng, before, _latest(clean))
+    if back:
+        assert in_child(_relink_child, clean, back, head, options, None) == 0
+    kills: list[Kill] = []
+    for decided in (labels, back) if back else (labels,):
+        for _ in range(rng.randint(1, 3)):
+            where = rng.choice(RELINK_KILLS)
+            kills.append((where, rng.randint(1, max(1, len(decided)) if where.startswith("relinked") else 2)))
+            status = in_child(_relink_child, killed, decided, head, options, kills[-1])
+            assert status in (0, KILLED), (seed, status)
+        assert in_child(_relink_child, killed, decided, head, options, None) == 0
+    said = f"seed {seed}, cut at {cut}, labels {labels}, then {back}, kills {kills}: {shown}"
+    _assert_same(killed, clean, killed / "state", clean / "state", f"after the relinks; {said}")
+    for out in (clean, killed):
+        _run(settings, tail, out / "tail", out / "state")
+    _assert_same(killed / "tail", clean / "tail", killed / "state", clean / "state", f"after the tail; {said}")
+
+
+def _assert_same(out: Path, expected_out: Path, state: Path, expected_state: Path, said: str) -> None:
+    for name in ("links.jsonl", "deduped.jsonl"):
+        assert _lines(out / name) == _lines(expected_out / name), f"{name} {said}"
+    assert _state(state) == _state(expected_state), f"state {said}"
