@@ -40,14 +40,27 @@ ROOT = Path(__file__).resolve().parents[1]
 CHEAP = [Stage.URL, Stage.CONTENT, Stage.SIMHASH]
 
 
+MARKS_RELEASE = "a9358eb"
+"""The last commit whose run.json names no command, and whose relinks left the output marks where they were."""
+
+
 @pytest.fixture(scope="session")
 def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A worktree of the release before, removed after the session (skipped where the clone lacks the commit)."""
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{OLD_RELEASE}^{{commit}}"]).returncode:
-        pytest.skip(f"commit {OLD_RELEASE} (the release before) is not in this clone")
-    tree = tmp_path_factory.mktemp("old-release") / "old"
+    yield from _worktree(OLD_RELEASE, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def marks_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from _worktree(MARKS_RELEASE, tmp_path_factory)
+
+
+def _worktree(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode:
+        pytest.skip(f"commit {commit} is not in this clone")
+    tree = tmp_path_factory.mktemp(f"release-{commit}") / "old"
     subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), OLD_RELEASE], check=True, capture_output=True
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], check=True, capture_output=True
     )
     try:
         yield tree
@@ -353,3 +366,30 @@ def test_guard_a_layout_3_state_the_old_release_wrote_is_continued_as_layout_3(o
     store.advance(T0 + 400 * 86_400)
     store.expire()
     assert list(client.scan_iter(f"{prefix}s:*")) == []
+
+
+def test_guard_a_run_goes_on_where_the_release_before_relinked_into_its_folder(
+    marks_tree: Path, tmp_path: Path
+) -> None:
+    """Guard: a relink of the release before appended to the run's links.jsonl without moving the state's mark, and
+    wrote a run.json that names no command; the records past the mark are the relink's, taken in, not a kill's
+    leftovers, and the next run goes on."""
+    from tests.test_stopped_commands import EDITED_A, TEXT_A, _article, _write
+
+    out = tmp_path / "out"
+    head = _write(tmp_path / "head.jsonl", [_article("c", "https://c.example.com/1", TEXT_A, T0),
+                                            _article("d", "https://d.example.com/1", EDITED_A, T0 + 60)])  # fmt: skip
+    later = _write(tmp_path / "later.jsonl", [_article("e", "https://e.example.com/1", EDITED_A, T0 + 120)])
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes(orjson.dumps({"a": "d", "b": "c", "label": False}) + b"\n")
+    state = str(out / "state")
+    relink = ("relink", "--state", state, "--out", str(out), "--decisions", str(labels), "--articles", head)
+    for args in (("run", head, "--out", str(out), "--stages", "url,content,simhash"), relink):
+        done = old(marks_tree, "-m", "streams", *args)
+        assert done.returncode == 0, done.stderr
+    assert b'"command"' not in (out / "run.json").read_bytes()
+    run(Settings(stages=CHEAP), [later], RunPaths(out=out, state=out / "state"))
+    lines = [orjson.loads(line) for line in (out / "links.jsonl").read_bytes().splitlines()]
+    assert [(r["doc_id"], r["verdict"]) for r in lines] == [
+        ("c", "unique"), ("d", "duplicate"), ("d", "unlinked"), ("e", "duplicate")
+    ]  # fmt: skip

@@ -13,6 +13,9 @@ decides those documents again, the same way, and `JsonlOutput` does not write
 a line the file already has (it also cuts a line torn by the kill). Emitting
 from the state on resume instead would need every output line (the article,
 its vector) kept in the state; ordering the writes needs nothing kept twice.
+Until it has, another command on the state is refused (`refuse_a_stopped_command`):
+the state notes how much of each output it took in, and run.json which command
+wrote the outputs last.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import fcntl
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -204,16 +207,93 @@ def _owner(paths: RunPaths) -> str | None:
     return record["state"]
 
 
-def note_owner(paths: RunPaths) -> None:
-    """Write run.json (which state folder the outputs belong to) once every store has opened, so that a command
-    that fails before (a state of another band layout) leaves the outputs to the state they had; written whole
-    or not at all (a kill or a full disk never leaves it empty)."""
+def note_owner(paths: RunPaths, command: Command) -> None:
+    """Write run.json (which state folder the outputs belong to, and the command writing them now) once every
+    store has opened, so that a command that fails before (a state of another band layout) leaves the outputs to
+    the state they had; written whole or not at all (a kill or a full disk never leaves it empty)."""
     temporary = paths.owner.with_name(f".{paths.owner.name}.tmp")
     with open(temporary, "wb") as handle:
-        handle.write(orjson.dumps({"state": str(paths.state.resolve())}))
+        handle.write(orjson.dumps({"state": str(paths.state.resolve()), "command": command}))
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, paths.owner)
+
+
+Command = dict[str, Any]
+"""What run.json says wrote the outputs last: `{"run": [input files]}` or `{"relink": plan digest}`."""
+
+
+def run_command(sources: list[str]) -> Command:
+    return {"run": [source if source == "-" else str(Path(source).resolve()) for source in sources]}
+
+
+def refuse_a_stopped_command(paths: RunPaths, state: SqliteStateStore, command: Command) -> None:
+    """ValueError where a command killed past the state's last commit (or failed before it) left records in an
+    output folder of this state that the state never took in, unless `command` is that one again into that folder.
+
+    Decided without those records, another command would contradict outputs that say they were made: a story
+    published just before the kill published again under another id, a state that `dedup replay` of the links
+    does not rebuild. The stopped command run again decides them again and completes its outputs.
+    """
+    for path, mark in state.output_marks().items():
+        try:
+            past = path.stat().st_size - mark
+        except OSError:  # moved away: nothing there to contradict
+            continue
+        owner, stopped = _last_command(path.parent)
+        if past <= 0 or owner != str(paths.state.resolve()) or stopped is None:
+            # all taken in; outputs another state took over; or written last by a release before commands were
+            # named (its relinks did not move the marks: what lies past them may be theirs, taken in)
+            continue
+        if stopped == command and path.parent.resolve() == paths.out.resolve():
+            continue
+        raise ValueError(
+            f"{_described(stopped, path.parent)} was stopped before it completed (a kill, a crash): {path} holds"
+            f" {past:,} bytes of records past the state's last commit, which the state has not taken in. Run that"
+            " command again first, then this one; if it cannot be (its input is gone), rebuild the state folder"
+            " from its links files with `dedup replay` (into a new folder, then put in place of this one), which"
+            " takes those records in"
+        )
+
+
+def mark_outputs(state: SqliteStateStore, outputs: Sequence[Path], fresh: bool = False) -> list[int]:
+    """The marks the state noted for `outputs` (0: none); where none was noted, or the outputs start over, their
+    size now is noted and committed before anything is written to them, so that what a kill leaves past it
+    shows (`refuse_a_stopped_command`)."""
+    marks = [state.output_mark(path) for path in outputs]
+    noted = state.output_marks()
+    unmarked = [path for path in outputs if fresh or path.resolve() not in noted]
+    for path in unmarked:
+        state.note_output(path, 0 if fresh or not path.exists() else path.stat().st_size)
+    if unmarked:
+        state.commit()
+    return marks
+
+
+def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:
+    """Note with the state's next commit how much of each output it has taken in (`JsonlOutput.committed`)."""
+    for output in outputs:
+        state.note_output(output.path, output.committed(completed))
+
+
+def _last_command(out: Path) -> tuple[str | None, Command | None]:
+    """The state folder and the last command that run.json of `out` names (None where it names none)."""
+    try:
+        record = orjson.loads((out / "run.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None, None
+    if not isinstance(record, dict):
+        return None, None
+    owner, command = record.get("state"), record.get("command")
+    return owner if isinstance(owner, str) else None, command if isinstance(command, dict) else None
+
+
+def _described(command: Command, out: Path) -> str:
+    if isinstance(command.get("run"), list):
+        return f"`dedup run {' '.join(map(str, command['run']))} --out {out}`"
+    if "relink" in command:
+        return f"the `dedup relink` into {out} (give it the same decisions or cut-off)"
+    return f"the last command into {out}"
 
 
 def run(
@@ -241,7 +321,14 @@ def run(
             paths.state / "state.sqlite3", retention=settings.retention, band_layout=settings.simhash.band_layout
         )
         journal = Journal(paths.state)
-        settle(journal, state)
+        command = run_command(sources)
+        try:
+            settle(journal, state)
+            refuse_a_stopped_command(paths, state, command)
+        except ValueError:
+            journal.close()
+            state.abandon()
+            raise
         vectors = None
         if Stage.SEMANTIC in settings.stages:
             from streams.embedders import make_embedder
@@ -252,18 +339,13 @@ def run(
             if (problem := vectors.missing(state.vector_shards())) is not None:
                 raise ValueError(problem)
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
-        note_owner(paths)
+        note_owner(paths, command)
+        marks = mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
         outputs = (
-            JsonlOutput(
-                paths.links,
-                link_identity,
-                fresh=fresh,
-                occurrence=link_occurrence,
-                committed=state.output_mark(paths.links),
-            ),
-            JsonlOutput(paths.deduped, deduped_identity, fresh=fresh),
+            JsonlOutput(paths.links, link_identity, fresh=fresh, occurrence=link_occurrence, committed=marks[0]),
+            JsonlOutput(paths.deduped, deduped_identity, fresh=fresh, committed=marks[1]),
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
-            JsonlOutput(paths.candidates, candidate_identity, fresh=fresh),
+            JsonlOutput(paths.candidates, candidate_identity, fresh=fresh, committed=marks[2]),
         )
         held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
         consistent = completed = False
@@ -279,11 +361,10 @@ def run(
             raise failed.__cause__ from None
         finally:
             with interrupts:
-                links_committed = outputs[0].committed(completed)
+                note_outputs(state, (outputs[0], outputs[1], outputs[3]), completed)
                 for output in outputs:
                     output.close()
                 if consistent:
-                    state.note_output(outputs[0].path, links_committed)
                     commit_state_then_journal(state, journal)
                     journal.close()
                     state.close()
@@ -487,7 +568,7 @@ class _Run:
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
-            self._state.note_output(self._links.path, self._links.committed(completed))
+            note_outputs(self._state, (self._links, self._deduped, self._candidates), completed)
             if self._vector_store is not None:
                 self._state.note_vector_shards(self._vector_store.shard_names())
             commit_state_then_journal(self._state, self._journal)

@@ -6,17 +6,20 @@ document, the candidate records with vectors and articles) and its exact-key ind
 
 1. every change is checked against the state (a document must still have the verdict
    it was planned on) before anything is written;
-2. the new link records are appended to DIR2/links.jsonl and the documents it publishes
-   to DIR2/deduped.jsonl, and both are synced;
+2. DIR2/run.json names the relink (a digest of its records), and the new link records are
+   appended to DIR2/links.jsonl and the documents it publishes to DIR2/deduped.jsonl, and
+   both are synced;
 3. the state (and the vectors) are changed and committed, the new records with them as
-   owed to the journal (`SqliteStateStore.owe_journal`);
+   owed to the journal (`SqliteStateStore.owe_journal`), and the files' new ends as the
+   state's marks of them;
 4. the journal takes the new records.
 
 A relink stopped anywhere is completed by running it again: before 3 the state is as
-it was and the same plan is made again; after 3 the changes are found made. A command
-that opens the state folder next (a relink of other decisions, `dedup run`) first gives
-the journal what the state owes it (`streams.stores.journal.settle`), so no plan is made
-from a journal behind its state. A record already the last of its document in
+it was and the same plan is made again; after 3 the changes are found made. Before 3,
+another command on the state (a relink of other decisions, `dedup run`) is refused
+(`refuse_a_stopped_command`: DIR2's files end past the state's marks); after 3, it first
+gives the journal what the state owes it (`streams.stores.journal.settle`), so no plan is
+made from a journal behind its state. A record already the last of its document in
 DIR2/links.jsonl is not appended again, nor an article already published there with the
 same verdict; so the last record of every document stays its verdict. The state folder
 and DIR2 are locked as `dedup run` locks them.
@@ -60,7 +63,9 @@ from streams.runner.embedded import (
     article_features,
     link_identity,
     locked,
+    mark_outputs,
     note_owner,
+    refuse_a_stopped_command,
 )
 from streams.runner.jsonl import JsonlOutput, read_lines
 from streams.stores.journal import JOURNAL_FILE, Journal, settle
@@ -142,9 +147,12 @@ def relink_files(
             if dry_run or not plan.changes:
                 return result
             _claim_outputs(paths, force=False)
-            note_owner(paths)
             todo = check(plan.changes, state)
             records = [change_record(change, now_rfc3339()) for change in plan.changes]
+            command = {"relink": hashlib.blake2b(b"".join(map(_LastRecords.key, records))).hexdigest()}
+            refuse_a_stopped_command(paths, state, command)
+            note_owner(paths, command)
+            mark_outputs(state, (paths.links, paths.deduped))
             links = _LastRecords(paths.links)
             deduped = JsonlOutput(paths.deduped, _deduped_identity)
             try:
@@ -155,13 +163,15 @@ def relink_files(
             finally:
                 links.close()
                 deduped.close()
+            for path in (paths.links, paths.deduped):  # what the relink wrote is taken in with its changes
+                state.note_output(path, path.stat().st_size)
             if todo:
                 from streams.vectors.edge import EdgeVectorStore
 
                 with EdgeVectorStore(state_dir / "vectors") as vectors:
                     result.made = apply(todo, state, vectors, checked=True, retention=configured.retention)
                 state.owe_journal(records)
-                state.commit()
+            state.commit()
             for record in records:
                 journal.put_link(record)
             journal.commit()
@@ -209,16 +219,17 @@ class _LastRecords:
                     record = orjson.loads(line)
                     if not isinstance(record.get("doc_id"), str):
                         raise ValueError(f"{path}:{line_no} is no link record (it has no doc_id): move it away")
-                    self._last[record["doc_id"]] = self._key(record)
+                    self._last[record["doc_id"]] = self.key(record)
         self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
 
     @staticmethod
-    def _key(record: dict[str, Any]) -> bytes:
+    def key(record: dict[str, Any]) -> bytes:
+        """What a record says, but for when it was written."""
         said = [link_identity(record), record.get("decided_by"), record.get("previous")]
         return hashlib.blake2b(orjson.dumps(said), digest_size=16).digest()
 
     def write(self, record: dict[str, Any]) -> bool:
-        key = self._key(record)
+        key = self.key(record)
         if self._last.get(record["doc_id"]) == key:
             return False
         self._last[record["doc_id"]] = key

@@ -359,6 +359,11 @@ class SqliteStateStore:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (_OUTPUT + str(path.resolve()),)).fetchone()
         return int(row[0]) if row is not None else 0
 
+    def output_marks(self) -> dict[Path, int]:
+        """Every output file the state noted, with its mark (`output_mark`)."""
+        rows = self._db.execute("SELECT name, value FROM meta WHERE name LIKE ?", (_OUTPUT + "%",)).fetchall()
+        return {Path(name.removeprefix(_OUTPUT)): int(value) for name, value in rows}
+
     def vector_shards(self) -> set[str]:
         """The vector shards (one folder per model, `model_dir_name`) this state's canonicals have vectors in."""
         rows = self._db.execute("SELECT name FROM made_with WHERE name LIKE 'vectors/%'").fetchall()
