@@ -200,10 +200,11 @@ def test_a_paused_holder_writes_nothing_in_a_slot_a_newer_lease_was_published_to
     """The attacker: a holder that passed the lease check and then slept past its lease. The next holder
     published its epoch to every slot on taking the lock, so each of the old holder's scripts is refused."""
     store = RedisStateStore(connect(redis_url), f"t{uuid.uuid4().hex}:")
-    lock = RedisLock(store._redis, f"{store._prefix}lock:register", ttl_s=0.2, renew=False, fence=store.fence)
-    old = lock.acquire()
+    key = f"{store._prefix}lock:register"
+    old = RedisLock(store._redis, key, ttl_s=0.2, renew=False, fence=store.fence).acquire()
     time.sleep(0.3)  # paused past its lease
-    new = lock.acquire()
+    # the next holder's lease outlasts what it writes here, also on a loaded machine (0.2 s did not)
+    new = RedisLock(store._redis, key, ttl_s=30, renew=False, fence=store.fence).acquire()
     assert new.epoch > old.epoch
     claim = ClaimWrite(("u:late",), "late", 1_700_000_000)
     with pytest.raises(redis.ResponseError, match="FENCED"):
