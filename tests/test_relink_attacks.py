@@ -364,8 +364,9 @@ def test_a_review_confirmed_after_its_suspected_canonicals_id_was_reused_is_plan
             decide({"id": doc_id, "url": URLS + f"other/{doc_id}", "title": title, "body": body, "published_at": at})
         assert (backend.verdict_of("K").verdict, backend.verdict_of("K").canonical_id) == (Verdict.DUPLICATE, "Z")
 
+        relinking = RedisStateStore(backend._redis, settings.redis_prefix, relinking=True)  # the relink's own store
         with pytest.raises(StaleSnapshot, match="no canonical any more"):
-            _write(settings, backend._redis, backend, None, plan, RelinkResult(plan))
+            _write(settings, backend._redis, relinking, None, plan, RelinkResult(plan), "D1 is K's duplicate")
         assert backend.verdict_of("D1").verdict is Verdict.REVIEW
         again = plan_decisions(records, [_label("D1", "K", True)], backend.exact_lookup, lambda _: None,
                                current=backend.verdict_of)  # fmt: skip

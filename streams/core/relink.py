@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -145,6 +145,15 @@ class Cutoff:
 
     def covers(self, same_language: bool) -> bool:
         return self.pair == "both" or (self.pair == "same") == same_language
+
+
+def relink_command(labels: Sequence[Label] | None, cutoff: Cutoff | None) -> Any:
+    """A relink's decisions or cut-off as JSON values: its mark while it is under way (run.json, Redis), by which
+    the same relink run again is known, and another one refused, naming them."""
+    if labels is not None:
+        return [asdict(label) for label in labels]
+    assert cutoff is not None
+    return {**asdict(cutoff), "stage": cutoff.stage.value}
 
 
 @dataclass(frozen=True, slots=True)

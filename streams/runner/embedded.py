@@ -220,7 +220,8 @@ def note_owner(paths: RunPaths, command: Command) -> None:
 
 
 Command = dict[str, Any]
-"""What run.json says wrote the outputs last: `{"run": [input files]}` or `{"relink": plan digest}`."""
+"""What run.json says wrote the outputs last: `{"run": [input files]}` or `{"relink": its decisions or cut-off}`
+(`streams.core.relink.relink_command`)."""
 
 
 def run_command(sources: list[str]) -> Command:
@@ -292,7 +293,8 @@ def _described(command: Command, out: Path) -> str:
     if isinstance(command.get("run"), list):
         return f"`dedup run {' '.join(map(str, command['run']))} --out {out}`"
     if "relink" in command:
-        return f"the `dedup relink` into {out} (give it the same decisions or cut-off)"
+        said = orjson.dumps(command["relink"]).decode()
+        return f"the `dedup relink` into {out} of {said if len(said) <= 500 else said[:500] + '...'}"
     return f"the last command into {out}"
 
 

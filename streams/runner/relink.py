@@ -6,7 +6,7 @@ document, the candidate records with vectors and articles) and its exact-key ind
 
 1. every change is checked against the state (a document must still have the verdict
    it was planned on) before anything is written;
-2. DIR2/run.json names the relink (a digest of its records), and the new link records are
+2. DIR2/run.json names the relink (its decisions or cut-off), and the new link records are
    appended to DIR2/links.jsonl and the documents it publishes to DIR2/deduped.jsonl, and
    both are synced;
 3. the state (and the vectors) are changed and committed, the new records with them as
@@ -53,6 +53,7 @@ from streams.core.relink import (
     likeness,
     plan_cutoff,
     plan_decisions,
+    relink_command,
 )
 from streams.records.article import Featurizer
 from streams.records.output import now_rfc3339, published_record
@@ -114,6 +115,7 @@ def relink_files(
     """
     if (decisions is None) == (cutoff is None):
         raise ValueError("give decisions (labels) or a cut-off, one of them")
+    labels = list(decisions) if decisions is not None else None
     if not (state_dir / JOURNAL_FILE).is_file():
         raise ValueError(
             f"{state_dir} has no journal of links: a state folder written by `dedup run`, or rebuilt with"
@@ -134,9 +136,9 @@ def relink_files(
             settle(journal, state)
             sources = [out_dir / "deduped.jsonl", *_own_outputs(state_dir), *articles]
             published = PublishedArticles(sources, journal.link, Featurizer(configured))
-            if decisions is not None:
+            if labels is not None:
                 plan = plan_decisions(
-                    journal.links(), decisions, state.exact_lookup, journal.candidate, published, state.verdict_of
+                    journal.links(), labels, state.exact_lookup, journal.candidate, published, state.verdict_of
                 )
             else:
                 assert cutoff is not None
@@ -149,7 +151,7 @@ def relink_files(
             _claim_outputs(paths, force=False)
             todo = check(plan.changes, state)
             records = [change_record(change, now_rfc3339()) for change in plan.changes]
-            command = {"relink": hashlib.blake2b(b"".join(map(_LastRecords.key, records))).hexdigest()}
+            command = {"relink": relink_command(labels, cutoff)}
             refuse_a_stopped_command(paths, state, command)
             note_owner(paths, command)
             mark_outputs(state, (paths.links, paths.deduped))
@@ -219,17 +221,16 @@ class _LastRecords:
                     record = orjson.loads(line)
                     if not isinstance(record.get("doc_id"), str):
                         raise ValueError(f"{path}:{line_no} is no link record (it has no doc_id): move it away")
-                    self._last[record["doc_id"]] = self.key(record)
+                    self._last[record["doc_id"]] = self._key(record)
         self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
 
     @staticmethod
-    def key(record: dict[str, Any]) -> bytes:
-        """What a record says, but for when it was written."""
+    def _key(record: dict[str, Any]) -> bytes:
         said = [link_identity(record), record.get("decided_by"), record.get("previous")]
         return hashlib.blake2b(orjson.dumps(said), digest_size=16).digest()
 
     def write(self, record: dict[str, Any]) -> bool:
-        key = self.key(record)
+        key = self._key(record)
         if self._last.get(record["doc_id"]) == key:
             return False
         self._last[record["doc_id"]] = key

@@ -19,7 +19,10 @@ Applying it, the relink writes as the workers do:
 
 Stopped after 1, the same relink run again finds its changes made in Redis (the topic
 does not have them yet, so it plans them again) and only sends their records (and
-vectors) again. With `DEDUP_QDRANT_URL=embedded` the vector shard is single-process:
+vectors) again. Until it has, the workers wait: the relink's mark (`relink_key`, its
+decisions or cut-off) is set before its writes in 1 and removed once 3 is
+acknowledged, and a batch that reads it is refused (`StateLost`), as is a relink of other
+decisions. With `DEDUP_QDRANT_URL=embedded` the vector shard is single-process:
 stop the workers of that host first.
 """
 
@@ -50,6 +53,7 @@ from streams.core.relink import (
     plan_cutoff,
     plan_decisions,
     recorded,
+    relink_command,
 )
 from streams.kafka.topics import CommandClient
 from streams.records.article import Featurizer
@@ -58,7 +62,7 @@ from streams.runner.relink import PublishedArticles as FileArticles
 from streams.runner.relink import RelinkResult
 from streams.stores.batched import BatchedState
 from streams.stores.redis_lock import LeaseLost, RedisLock
-from streams.stores.redis_store import RedisStateStore, StaleSnapshot
+from streams.stores.redis_store import RedisStateStore, StaleSnapshot, StateLost
 from streams.vectors.batched import BatchedVectors
 
 log = logging.getLogger(__name__)
@@ -95,24 +99,47 @@ def relink_service(
         settings.retention,
         band_layout=settings.simhash.band_layout,
         recorded_seq=partial(recorded_seq, settings),
+        relinking=True,
     )
+    command = orjson.dumps(relink_command(labels, cutoff)).decode()
     vectors: VectorStore | None = None
     try:
+        stopped = None if dry_run else client.get(state.relink_key)
+        if stopped is not None and stopped != command:
+            said = stopped if len(stopped) <= 500 else stopped[:500] + "..."
+            raise ValueError(
+                f"another `dedup relink` wrote the Redis state and was stopped before its records reached the topics"
+                f" (the workers wait for it): run it again first, then this one. Its decisions or cut-off, as"
+                f" {state.relink_key} holds them: {said}"
+            )
         for attempt in range(1, ATTEMPTS + 1):
             plan = _plan(settings, state, labels, cutoff, articles)
             result = RelinkResult(plan)
-            if dry_run or not plan.changes:
+            if dry_run:
+                return result
+            if not plan.changes:
+                # This very relink, stopped once its records were sent, or a write refused (a canonical that is no
+                # canonical any more) and planned again to nothing: its mark goes, the workers go on.
+                if client.get(state.relink_key) == command:
+                    client.delete(state.relink_key)
                 return result
             if vectors is None and (settings.qdrant_url or Stage.SEMANTIC in settings.stages):
                 vectors = vector_store(settings)
             try:
-                standing = _write(settings, client, state, vectors, plan, result)
+                standing = _write(settings, client, state, vectors, plan, result, command)
             except (Stale, StaleSnapshot, LeaseLost) as exc:
                 if attempt == ATTEMPTS:
                     raise Stale(f"the stream kept moving while relinking ({exc}); run the relink again") from None
                 log.info("relink planned again: %s", exc)
                 continue
+            except StateLost:
+                # Refused before its first write, as the workers are (a replay under way, a lost state): unless an
+                # earlier run of it wrote, nothing of it is there for the workers to wait for.
+                if stopped is None and attempt == 1:
+                    client.delete(state.relink_key)
+                raise
             _send(settings, plan.changes, standing, result)
+            client.delete(state.relink_key)  # every record is on the topics: the workers go on
             return result
         raise AssertionError("unreachable")
     finally:
@@ -219,6 +246,7 @@ def _write(
     vectors: VectorStore | None,
     plan: Plan,
     result: RelinkResult,
+    command: str,
 ) -> dict[str, Link]:
     """Check and write every change under the lease; the verdict that stands for each document, with its seq."""
     lock = RedisLock(client, f"{settings.redis_prefix}lock:register", settings.worker.lock_ttl_s, fence=state.fence)
@@ -230,6 +258,7 @@ def _write(
         batched.warm(Reads(doc_ids=ids, exact_keys=keys, band_queries=[]))
         todo = check(plan.changes, batched)
         result.made = apply(todo, batched, held, checked=True, retention=settings.retention)
+        client.set(state.relink_key, command)  # before the state's writes: kept until the topics have the records
         made = batched.flush(lease, exact=True)
         if held is not None:
             held.flush(set(made))

@@ -706,8 +706,10 @@ class RedisStateStore:
         fresh: Callable[[], None] | None = None,
         band_layout: BandLayout = DEFAULT,
         recorded_seq: Callable[[], int] | None = None,
+        relinking: bool = False,
     ) -> None:
         """`restoring`: this is `dedup replay`'s store, which writes while its own checkpoint is there.
+        `relinking`: this is `dedup relink`'s store, which writes while a relink's mark (`relink_key`) is there.
         `fresh` is called before an empty state is marked as new, and raises (`StateLost`) where a new
         state is not expected: the workers' asks whether `dedup.links` holds verdicts already.
         `recorded_seq` gives the newest verdict seq on record outside Redis (`dedup.links`): a state whose
@@ -771,6 +773,10 @@ class RedisStateStore:
         self.checkpoint_key = f"{prefix}replay"
         """An unfinished `dedup replay`'s last restored position; no one else writes while it is there."""
         self._restoring = restoring
+        self.relink_key = f"{prefix}relink"
+        """A relink's mark, from before it writes the state until its records reached the topics: while it is
+        there, the state has verdicts that `dedup.links` does not, and only a relink writes."""
+        self._relinking = relinking
         self._fresh = fresh
         self._recorded_seq = recorded_seq
         self._lost = False
@@ -1008,7 +1014,7 @@ class RedisStateStore:
             found = list(self._redis.scan_iter(match=f"{escaped}{family}:{{??}}*", count=1000))  # hash-tagged
             for start in range(0, len(found), 1000):
                 removed += sum(self._run([partial(_unlink, key=key) for key in found[start : start + 1000]]))
-        removed += sum(self._run([partial(_unlink, key=key) for key in self._singletons]))
+        removed += sum(self._run([partial(_unlink, key=key) for key in (*self._singletons, self.relink_key)]))
         removed += sum(self._run([partial(_unlink, key=self._layout)]))
         self._layout_checked, self._lost, self._drawn_through = False, False, 0
         self._model_codes.clear()
@@ -1056,9 +1062,9 @@ class RedisStateStore:
             " process; run Redis with appendfsync always to keep every write across a restart"
         )
 
-    def _check_state(self, layout: str | None, replaying: str | None) -> None:
-        """Refuse to write into a state that is gone, rebuilt since this store began on it, or half restored
-        (`StateLost`), with what to do."""
+    def _check_state(self, layout: str | None, replaying: str | None, relinking: str | None) -> None:
+        """Refuse to write into a state that is gone, rebuilt since this store began on it, half restored, or
+        relinked without its records on the topics yet (`StateLost`), with what to do."""
         if layout is None or self._lost:
             self._lost = True  # what this process read before may be of the lost state: never again here
             raise StateLost(
@@ -1077,6 +1083,12 @@ class RedisStateStore:
             raise StateLost(
                 f"a `dedup replay` into prefix {self._prefix!r} has not completed ({self.checkpoint_key} is "
                 "there): its state is half restored; waiting for it (run `dedup replay` again to complete it)"
+            )
+        if relinking is not None and not self._relinking:
+            raise StateLost(
+                f"a `dedup relink` wrote the state under prefix {self._prefix!r} and has not sent its records to the"
+                f" topics yet ({self.relink_key} is there): stopped, if it is not running now; waiting for it (run"
+                " the same relink again to complete it)"
             )
 
     def fence(self, lease: Lease) -> int:
@@ -1398,11 +1410,14 @@ class RedisStateStore:
         targets = {w.link.canonical_id for w in closing.values()} - closing.keys()
         docs = [*closing, *targets, *(doc_id for doc_id in pending if doc_id not in closing and doc_id not in targets)]
         calls, gather = self._field_calls([(self._bucket("v", doc_id), doc_id) for doc_id in docs])
-        marks = [partial(_get, key=k) for k in (fence.key, self._clock, self._layout, self.checkpoint_key, self._vseq)]
-        held, clock, layout, replaying, counter, *found = self._run([*marks, *calls])
+        marks = [
+            partial(_get, key=k)
+            for k in (fence.key, self._clock, self._layout, self.checkpoint_key, self._vseq, self.relink_key)
+        ]
+        held, clock, layout, replaying, counter, relinking, *found = self._run([*marks, *calls])
         if held != fence.token:
             raise LeaseLost(f"lease {fence.key} expired before the batch was written")
-        self._check_state(layout, replaying)
+        self._check_state(layout, replaying, relinking)
         if int(counter or 0) < self._drawn_through:
             self._went_back(int(counter or 0))
         self._drawn_through = int(counter or 0)
