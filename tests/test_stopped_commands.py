@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from streams.config import Settings
 from streams.core.relink import Label
 from streams.runner.embedded import RunPaths, run
 from streams.runner.relink import relink_files
@@ -99,12 +100,18 @@ def test_a_state_rebuilt_from_the_links_a_killed_run_left_takes_its_last_records
     assert [r["id"] for r in _links(killed.deduped)] == ["a", "x"]
 
 
-def test_a_run_after_a_relink_killed_past_its_writes_is_refused_until_the_relink_completes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def configured(monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings of the runs, also in the environment, where `relink_files` reads them."""
     for name, value in _environment(OPTIONS).items():
         monkeypatch.setenv(name, value)
-    settings = _settings(OPTIONS)
+    return _settings(OPTIONS)
+
+
+def test_a_run_after_a_relink_killed_past_its_writes_is_refused_until_the_relink_completes(
+    tmp_path: Path, configured: Settings
+) -> None:
+    settings = configured
     head, later = _head(tmp_path)
     labels = UNLINK_D
     clean, killed = _paths(tmp_path / "clean"), _paths(tmp_path / "killed")
@@ -123,13 +130,9 @@ def test_a_run_after_a_relink_killed_past_its_writes_is_refused_until_the_relink
     _assert_same(killed.out, clean.out, killed.state, clean.state, "a relink killed, completed, then a run")
 
 
-def test_a_run_after_a_relink_that_completed_into_its_folder_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_run_after_a_relink_that_completed_into_its_folder_goes_on(tmp_path: Path, configured: Settings) -> None:
     """The relink's records lie past the run's last commit in links.jsonl, yet the relink committed them."""
-    for name, value in _environment(OPTIONS).items():
-        monkeypatch.setenv(name, value)
-    settings = _settings(OPTIONS)
+    settings = configured
     head, later = _head(tmp_path)
     paths = _paths(tmp_path / "out")
     run(settings, [str(head)], paths)
