@@ -2,8 +2,9 @@
 written one at a time, with the same answer for every write: on one server and on a Redis Cluster.
 
 The batch mixes what a bulk call must keep in order: two claims of one key (the first holder wins), a key
-claimed and then replaced, a group grown twice, a canonical registered again under its old seq, one removed
-and its document's verdict replaced, a verdict that stands already (answered 0), verdicts with given seqs.
+claimed and then replaced, a group grown twice, a canonical registered again under its old seq (once with its
+fingerprint, once with another), one removed and its document's verdict replaced, a verdict that stands already
+(answered 0), verdicts with given seqs.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def _batch(removed: Link) -> list[Write]:
         ReplaceWrite("k:c1", "nobody", "c13", T),  # expects another holder: changes nothing
         ReplaceWrite("u:c2", "c2", "c14", None),  # keeps its stamp
         CanonicalWrite("c3", _simhash(3), "en", _bands(3), T),  # registered already: keeps its seq
+        CanonicalWrite("c4", _simhash(40), "en", _bands(40), T + DAY),  # its id reused: its seq, new entries
         VerdictWrite(Link("d0", Verdict.DUPLICATE, "c1", Stage.URL, published_at=T)),  # stands already: 0
         RemoveCanonicalWrite("c5", "en", _bands(5)),
         GrowWrite("c5", -1, 0),
@@ -198,4 +200,25 @@ def test_a_newer_lease_in_any_slot_of_a_bulk_call_refuses_the_whole_call(redis_u
         with pytest.raises(Exception, match="FENCED"):
             store._write(writes, lease.epoch, T)
     assert store.verdicts_of([f"v{n}" for n in range(200)]) == {f"v{n}": None for n in range(200)}
+    client.close()
+
+
+def test_a_canonical_registered_again_with_another_fingerprint_keeps_its_seq_and_takes_its_new_entries(
+    redis_url: str,
+) -> None:
+    """An id reused for another text once its verdict expired: its entries are the new text's, under its first
+    seq; its first text's band entries are taken out (kept, they found the new text for the first's near-duplicates,
+    and Redis wrote no entry over the live one: the new text was found by nothing)."""
+    client = connect(redis_url)
+    store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
+    store._write(_setup(), 0, T)
+    (before,) = [c for c in store.band_candidates("en", _bands(4)) if c.doc_id == "c4"]
+    store._write([CanonicalWrite("c4", _simhash(40), "en", _bands(40), T + DAY)], 0, T + DAY)
+    assert [c.doc_id for c in store.band_candidates("en", _bands(4))] == []
+    (after,) = [c for c in store.band_candidates("en", _bands(40)) if c.doc_id == "c4"]
+    assert (after.seq, after.simhash) == (before.seq, _simhash(40))
+    old_entries = set(store._band_entries("en", _bands(4))) - set(store._band_entries("en", _bands(40)))
+    assert old_entries
+    for bucket, field_ in old_entries:
+        assert str(before.seq) not in (client.hget(bucket, str(field_)) or "").split()
     client.close()

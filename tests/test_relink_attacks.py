@@ -135,14 +135,11 @@ def test_a_canonical_id_reused_for_a_copy_of_another_story_is_no_simhash_candida
     assert (near.verdict, near.canonical_id) == (Verdict.UNIQUE, "M")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a limit: a canonical registered again under its own id (its verdict expired, the id reused for other"
-    " content) keeps the band entry of its first text (SQLite's ON CONFLICT keeps the row's fingerprint; Redis"
-    " writes no entry for a live one of another fingerprint), so a near-duplicate of its new text is no"
-    " duplicate of it. Replacing a live band entry in both stores (and in a replay) is no small change",
-)
 def test_a_canonical_id_reused_for_a_new_story_is_found_by_its_new_text(new_state: Callable[[], StateStore]) -> None:
+    """C's verdict expires while its band entries live; the id is reused for another story, a canonical again.
+    Registering it again kept the band entries of its first text (SQLite's upsert kept the live row's
+    fingerprint; Redis wrote no entry over a live one of another fingerprint): a near-duplicate of its new text
+    was no duplicate of it, and one of its first text still was."""
     store = new_state()
     decide, market, other = _decider(store), _market(), _other()
 

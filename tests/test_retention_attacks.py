@@ -108,31 +108,67 @@ def test_an_exact_copy_of_a_canonical_whose_id_was_reused_for_another_story_is_n
     _linked_to_a_canonical(stream.store, recrawl)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a reused id decided afresh as a canonical of its new text keeps its first text's band entries (registering"
-    " an id again keeps its first seq and entries, on every store) and exact keys, which name it and not the text they"
-    " were made for; telling a reused id from an edited re-crawl of its URL needs the text a key or entry was made"
-    " for, which the state does not keep. Stage 1 to 3 then merge two articles; the compacted articles.deduped keeps"
-    " the new text under the id, so the first one's copies are suppressed with nothing of theirs left in the feed",
-)
-def test_a_copy_of_a_canonical_whose_id_was_reused_for_a_new_story_is_no_copy_of_that_story(
+def test_a_near_duplicate_of_a_canonical_whose_id_was_reused_for_a_new_story_is_no_copy_of_that_story(
     new_state: Callable[[], StateStore],
 ) -> None:
     """As above, but the reused id C is given a new story S that is a copy of nothing: C is a canonical again, of S.
-    C's band entries and content key still hold its first text (the market report): its near-duplicate M and its
-    syndicated copy M2 were linked to C, now the story S, and a near-duplicate of S found nothing (S's own band
-    entries were never written)."""
+    Registering C again kept its first text's band entries (the market report) on every store: a near-duplicate M
+    of the market report was linked to C, now the story S (stage 3 merged two articles, and the compacted
+    articles.deduped keeps only S under C), and a near-duplicate N of S found nothing. C's band entries are its
+    current text's: M is a canonical of its own, N is C's SimHash duplicate."""
     stream = Stream(new_state())
     assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
     assert stream.decide("Z", OTHER, later).verdict is Verdict.UNIQUE
     story = ("A third story", _body(11, 77, 200))
     assert stream.decide("C", story, later).verdict is Verdict.UNIQUE  # C's verdict expired: the id is S's now
-    assert stream.decide("M", MARKET, later, " More later.").canonical_id != "C"
-    assert stream.decide("M2", MARKET, later, url="https://y.example.com/M2").canonical_id != "C"
+    near_old = stream.decide("M", MARKET, later, " More later.")
+    assert (near_old.verdict, near_old.canonical_id) == (Verdict.UNIQUE, "M"), f"linked to another story: {near_old}"
     near = stream.decide("N", story, later, " More later.")
-    assert (near.verdict, near.canonical_id) == (Verdict.DUPLICATE, "C")
+    assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "C", Stage.SIMHASH)
+
+
+def test_a_canonical_id_reused_in_a_batch_is_found_by_its_new_text_only(new_state: Callable[[], StateStore]) -> None:
+    """The same, the reused C and the near-duplicates of both its texts decided in one batch (one chunk of `dedup
+    run`, one batch of a worker): the batch read C's stored entry of the market report, and linked M to it beside
+    the entry it had just registered for S."""
+    stream = Stream(new_state())
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    story = ("A third story", _body(11, 77, 200))
+    decided = {}
+    for doc_id, text, extra in (("C", story, ""), ("M", MARKET, " More later."), ("N", story, " More later.")):
+        doc = stream.doc(doc_id, text, later, extra)
+        stream.store.advance(later)
+        decided[doc_id] = stream.cascade.decide(doc).link
+    _commit(stream.store)
+    assert (decided["C"].verdict, decided["C"].canonical_id) == (Verdict.UNIQUE, "C")
+    assert (decided["M"].verdict, decided["M"].canonical_id) == (Verdict.UNIQUE, "M"), decided["M"]
+    near = decided["N"]
+    assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "C", Stage.SIMHASH)
+    assert stream.decide("N2", story, later, " Updated.").canonical_id == "C"  # and so after the batch
+    assert stream.decide("M2", MARKET, later, " Updated.").canonical_id == "M"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a limit: a reused id decided afresh as a canonical of its new text keeps the exact keys of its first text"
+    " and of its first text's members, which name it and not the text they were made for (their verdicts expired"
+    " with its own); telling a reused id from an edited re-crawl of its URL needs the text a key was made for, which"
+    " the state does not keep. Stage 2 then merges two articles; the compacted articles.deduped keeps the new text"
+    " under the id, so the first one's copies are suppressed with nothing of theirs left in the feed",
+)
+def test_an_exact_copy_of_a_canonical_whose_id_was_reused_for_a_new_story_is_no_copy_of_that_story(
+    new_state: Callable[[], StateStore],
+) -> None:
+    """As above: C's content key still holds its first text (the market report), and its syndicated copy M2 is
+    linked to C, now the story S."""
+    stream = Stream(new_state())
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 8 * DAY_S
+    story = ("A third story", _body(11, 77, 200))
+    assert stream.decide("C", story, later).verdict is Verdict.UNIQUE
+    assert stream.decide("M2", MARKET, later, url="https://y.example.com/M2").canonical_id != "C"
 
 
 def test_a_copy_linked_elsewhere_takes_over_the_exact_key_a_reused_id_still_held(
@@ -179,6 +215,36 @@ def test_a_replay_rebuilds_the_exact_key_a_copy_took_over_from_a_reused_id(tmp_p
     rebuilt = tmp_path / "rebuilt"
     replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
     sql = "SELECT hex(key), canonical_id, stamp FROM exact_keys ORDER BY key"
+    with (
+        closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
+        closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
+    ):
+        assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall()
+
+
+def test_a_replay_rebuilds_the_band_entries_of_a_canonical_whose_id_was_reused(tmp_path: Path) -> None:
+    """`dedup run` on two days, the second reusing C's id for a new story S (a canonical again) and bringing a
+    near-duplicate of each text; `dedup replay` of the links file rebuilds C's row with S's fingerprint, as the live
+    state holds it, so the rebuilt state decides the next near-duplicate as the live one does."""
+    settings = Settings(stages=CHEAP)
+    later = T0 + 8 * DAY_S
+    story = ("A third story", _body(11, 77, 200))
+    near = (story[0], story[1] + " More later.")
+    day1 = [_article("C", MARKET, T0)]
+    day2 = [_article("C", story, later, url="https://x.example.com/C2"), _article("N", near, later)]
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
+    for number, records in enumerate((day1, day2)):
+        source = tmp_path / f"day{number}.jsonl"
+        source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        run(settings, [str(source)], paths)
+    links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links][-2:] == [
+        ("C", "unique", "C"),
+        ("N", "duplicate", "C"),
+    ]
+    rebuilt = tmp_path / "rebuilt"
+    replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
+    sql = "SELECT * FROM canonicals ORDER BY seq"
     with (
         closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
         closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,

@@ -104,7 +104,9 @@ class BatchedState:
         """Group sizes read or grown in this batch, with their stamps (`RedisStateStore.group_entries`)."""
         self._new: dict[tuple[str, int, int], list[Canonical]] = {}
         """Canonicals made in this batch, by (language, band index, band value)."""
-        self._made: set[str] = set()
+        self._made: dict[str, int] = {}
+        """The same canonicals' fingerprints by id: a stored entry of one of them with another is no candidate (its id
+        reused for another text: `RedisStateStore._write` replaces it)."""
         self._removed: set[str] = set()
         """Canonicals a relink took out of the band sets in this batch."""
         self._writes: list[Write] = []
@@ -341,8 +343,13 @@ class BatchedState:
             for canonical in self._new.get((language, index, value), ())
         }
         keep, clock = self._backend.keep.bands, self.clock()
+        made = self._made
         stored = [
-            c for c in self._bands[query] if c.doc_id not in self._removed and not expired(c.published_at, clock, keep)
+            c
+            for c in self._bands[query]
+            if c.doc_id not in self._removed
+            and made.get(c.doc_id, c.simhash) == c.simhash
+            and not expired(c.published_at, clock, keep)
         ]
         live = [c for c in made_here.values() if not self._hidden(keep, c.published_at)]
         return stored + sorted(live, key=lambda canonical: canonical.seq)
@@ -362,7 +369,7 @@ class BatchedState:
         seq = _PROVISIONAL_SEQ + len(self._made)
         figures = figures if self._backend.keeps_figures else 0  # as the batch's later documents will read it
         canonical = Canonical(canonical_id, simhash, language, seq, published_at, figures)
-        self._made.add(canonical_id)
+        self._made[canonical_id] = simhash
         for index, value in enumerate(bands):
             self._new.setdefault((language, index, value), []).append(canonical)
         self._writes.append(CanonicalWrite(canonical_id, simhash, language, tuple(bands), published_at, figures))
@@ -395,7 +402,7 @@ class BatchedState:
 
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
         self._removed.add(canonical_id)
-        self._made.discard(canonical_id)
+        self._made.pop(canonical_id, None)
         for made in self._new.values():
             made[:] = [c for c in made if c.doc_id != canonical_id]
         self._writes.append(RemoveCanonicalWrite(canonical_id, language, tuple(bands)))

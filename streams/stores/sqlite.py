@@ -190,6 +190,8 @@ class SqliteStateStore:
         """Canonicals registered since the last commit: their bands, and the oldest band stamp visible then (None:
         kept forever), below which a row of the same id had expired when it was registered again."""
         self._bands: defaultdict[tuple[int, int], list[Canonical]] = defaultdict(list)
+        self._made: dict[str, Canonical] = {}
+        """The same canonicals by id: a stored row of one of them with another fingerprint is no candidate."""
         self._groups: dict[str, tuple[int, int | None]] = {}
         """Group sizes changed since the last commit, with their stamps."""
         # What `warm` (and single reads) found in the file since the last commit. Only this
@@ -198,6 +200,8 @@ class SqliteStateStore:
         self._stored_verdicts: dict[str, Link | None] = {}
         self._stored_bands: dict[tuple[int, int], list[Canonical]] = {}
         self._stored_groups: dict[str, tuple[int, int | None]] = {}
+        self._stored_rows: dict[str, tuple[int, int | None] | None] = {}
+        """The seq and stamp of a canonical's row, by id (None: no row): what registering the id again keeps."""
         self._removed: set[str] = set()
         """Canonicals taken out of the band sets since the last commit (a relink made them duplicates)."""
         # Reads run inside one open transaction: a read transaction per statement
@@ -297,11 +301,13 @@ class SqliteStateStore:
         self._packed.clear()
         self._canonicals.clear()
         self._bands.clear()
+        self._made.clear()
         self._groups.clear()
         self._removed.clear()
         self._stored_verdicts.clear()
         self._stored_bands.clear()
         self._stored_groups.clear()
+        self._stored_rows.clear()
 
     def clock(self) -> int:
         return self._clock
@@ -442,6 +448,7 @@ class SqliteStateStore:
         # The chunk's own documents too: one about to be linked is asked whether it has members (`_was_canonical`).
         bands = (c.doc_id for band in wanted for c in self._stored_bands[band])
         self._load_groups([*found.values(), *bands, *reads.doc_ids])
+        self._load_rows(reads.doc_ids)
 
     def _load_verdicts(self, doc_ids: Iterable[str]) -> None:
         rest = [d for d in dict.fromkeys(doc_ids) if d not in self._verdicts and d not in self._stored_verdicts]
@@ -455,6 +462,14 @@ class SqliteStateStore:
             )
             for doc_id, *row in rows:
                 self._stored_verdicts[doc_id] = self._link(doc_id, *row)
+
+    def _load_rows(self, doc_ids: Iterable[str]) -> None:
+        rest = [d for d in dict.fromkeys(doc_ids) if d not in self._stored_rows]
+        for part in _parts(rest):
+            self._stored_rows.update(dict.fromkeys(part))
+            marks, values = _bound(part)
+            rows = self._db.execute(f"SELECT doc_id, seq, stamp FROM canonicals WHERE doc_id IN ({marks})", values)
+            self._stored_rows.update((doc_id, (seq, stamp)) for doc_id, seq, stamp in rows)
 
     def _load_groups(self, canonical_ids: Iterable[str]) -> None:
         rest = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups and c not in self._stored_groups]
@@ -545,17 +560,31 @@ class SqliteStateStore:
                 c.doc_id: c
                 for band in looked
                 for c in stored[band]
-                if c.language == language and c.published_at >= since and c.doc_id not in self._removed
+                if c.language == language and c.published_at >= since and self._stands(c)
             }
         else:
             rows = self._db.execute(self._band_select, (*(value for _, value in looked), language)).fetchall()
-            made = (self._canonical(*row) for row in rows if row[0] not in self._removed)
-            found = {c.doc_id: c for c in made if c.published_at >= since}
+            made = (self._canonical(*row) for row in rows)
+            found = {c.doc_id: c for c in made if c.published_at >= since and self._stands(c)}
+        made = self._made
         for band in looked:
             for canonical in self._bands.get(band, ()):
-                if canonical.language == language and canonical.doc_id not in found and canonical.published_at >= since:
+                if (
+                    canonical.language == language
+                    and canonical.doc_id not in found
+                    and canonical.published_at >= since
+                    and made.get(canonical.doc_id) is canonical  # not one it was registered again over
+                ):
                     found[canonical.doc_id] = canonical
         return list(found.values())
+
+    def _stands(self, stored: Canonical) -> bool:
+        """Whether a canonical's stored row is still its entry: not taken out since the last commit, nor registered
+        again with another fingerprint (its id reused for another text: `add_canonical`)."""
+        if stored.doc_id in self._removed:
+            return False
+        made = self._made.get(stored.doc_id)
+        return made is None or made.simhash == stored.simhash
 
     @cached_property
     def _band_select(self) -> str:
@@ -569,15 +598,17 @@ class SqliteStateStore:
     @cached_property
     def _canonical_upsert(self) -> str:
         """`commit`'s statement for a canonical, its last parameter the band stamp visible when it was registered.
-        Registered again while its row lives (a canonical with members, its verdict expired), its first seq and
-        entries stay and its stamp moves on. Registered over a row that had expired, not yet swept, it replaces the
-        row whole, as after the sweep (and as Redis registers an id whose entry expired): kept, the row's old
-        fingerprint would come back to life under an id reused for another text."""
+        Registered again while its row lives (its verdict expired), its first seq stays and its stamp moves on; its
+        entries stay for the same fingerprint (a redelivery) and are replaced for another (the id reused for another
+        text: `add_canonical`). Registered over a row that had expired, not yet swept, it replaces the row whole, as
+        after the sweep (and as Redis registers an id whose entry expired): kept, the row's old fingerprint would
+        come back to life under an id reused for another text."""
         columns = ["seq", "doc_id", "simhash", "language", *(f"b{i}" for i in range(len(self.band_layout.tables)))]
         columns += ["stamp", "figures"]
         since = f"?{len(columns) + 1}"
         replaced = ", ".join(
-            f"{column} = iif(stamp < {since}, excluded.{column}, {column})"
+            f"{column} = iif(stamp < {since}{'' if column == 'seq' else ' OR simhash <> excluded.simhash'},"
+            f" excluded.{column}, {column})"
             for column in columns
             if column not in ("doc_id", "stamp")
         )
@@ -602,17 +633,41 @@ class SqliteStateStore:
         published_at: int,
         figures: int = 0,
     ) -> None:
-        """Register a canonical; registering one again keeps its first `seq` (and its later stamp) while its row
-        lives, and replaces a row past `bands_days` (`_canonical_upsert`)."""
-        canonical = Canonical(canonical_id, simhash, language, self._next_seq, self._stamp(published_at), figures)
-        self._next_seq += 1
+        """Register a canonical. Registered again while its row lives (its verdict expired), it keeps its first
+        `seq` and its later stamp, and its entries are those of the fingerprint it has now: an id reused for another
+        text keeping its first text's entries would have that text's near-duplicates linked to the new one (stage 3
+        merging two articles) and the new one's found by nothing. A row past `bands_days` is replaced whole
+        (`_canonical_upsert`)."""
+        stamp = self._stamp(published_at)
+        live = self._live_row(canonical_id)
+        if live is None:
+            seq = self._next_seq
+            self._next_seq += 1
+        else:
+            seq, stamp = live[0], max(stamp, live[1] or 0)
+        canonical = Canonical(canonical_id, simhash, language, seq, stamp, figures)
+        self._made[canonical_id] = canonical
         since = self._since["canonicals"]
         self._canonicals.append((canonical, tuple(bands), None if since == -math.inf else int(since)))
         for band in enumerate(bands):  # the keys it is stored under: a lookup's `near` keys find it
             self._bands[band].append(canonical)
 
+    def _live_row(self, canonical_id: str) -> tuple[int, int | None] | None:
+        """The seq and stamp of a canonical's live row (registered since the last commit, or stored), which
+        registering it again keeps (`_canonical_upsert`); None where it has none (`warm` read the chunk's)."""
+        made = self._made.get(canonical_id)
+        if made is not None:
+            return (made.seq, made.published_at) if self._alive(made.published_at, "canonicals") else None
+        if canonical_id in self._removed:
+            return None
+        if canonical_id not in self._stored_rows:
+            self._load_rows([canonical_id])
+        row = self._stored_rows[canonical_id]
+        return row if row is not None and self._alive(row[1], "canonicals") else None
+
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
         self._removed.add(canonical_id)
+        self._made.pop(canonical_id, None)
         self._canonicals = [entry for entry in self._canonicals if entry[0].doc_id != canonical_id]
         for band in enumerate(bands):
             pending = self._bands.get(band)
