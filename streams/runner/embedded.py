@@ -261,8 +261,8 @@ def mark_outputs(state: SqliteStateStore, outputs: Sequence[Path], fresh: bool =
     """The marks the state noted for `outputs` (0: none); where none was noted, or the outputs start over, their
     size now is noted and committed before anything is written to them, so that what a kill leaves past it
     shows (`refuse_a_stopped_command`)."""
-    marks = [state.output_mark(path) for path in outputs]
     noted = state.output_marks()
+    marks = [noted.get(path.resolve(), 0) for path in outputs]
     unmarked = [path for path in outputs if fresh or path.resolve() not in noted]
     for path in unmarked:
         state.note_output(path, 0 if fresh or not path.exists() else path.stat().st_size)

@@ -359,14 +359,10 @@ class SqliteStateStore:
         """An output file of a run holds `size` bytes that this state has taken in: noted with the next commit."""
         self._outputs_noted[_OUTPUT + str(path.resolve())] = size
 
-    def output_mark(self, path: Path) -> int:
-        """How many bytes at the start of the output file `path` the state took in at its last commit (0: none
-        noted, as for a file of a run before the marks); what follows was written after, a kill's leftover."""
-        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (_OUTPUT + str(path.resolve()),)).fetchone()
-        return int(row[0]) if row is not None else 0
-
     def output_marks(self) -> dict[Path, int]:
-        """Every output file the state noted, with its mark (`output_mark`)."""
+        """Every output file the state noted (by its resolved path), with how many bytes at its start the state took
+        in at its last commit; what follows was written after, a kill's leftover. A file not noted (a run's before
+        the marks) counts as 0."""
         rows = self._db.execute("SELECT name, value FROM meta WHERE name LIKE ?", (_OUTPUT + "%",)).fetchall()
         return {Path(name.removeprefix(_OUTPUT)): int(value) for name, value in rows}
 
