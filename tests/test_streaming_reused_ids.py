@@ -94,6 +94,30 @@ def test_an_id_reused_with_new_content_after_its_verdict_expired_never_makes_a_c
     assert_invariants(latest)  # was: story-copy links to story, a duplicate of later
 
 
+def test_an_id_reused_for_a_new_story_after_its_verdict_expired_is_found_by_its_new_text_only(
+    stack: Stack, ntrex: list[NtrexDocument]
+) -> None:
+    """`story` is a canonical without members; eleven days later (stream time) the crawler sends a new story under
+    the same id, a canonical again. Its band entries stayed its first text's: an update of the first story was
+    linked to `story`, which `articles.deduped` now holds as the new one (the first story's update suppressed with
+    nothing of it left in the feed), and an update of the new story was no duplicate of it."""
+    stack.create_topics()
+    stack.start_worker()
+    story = _article(ntrex, 4, "story", "https://a.example.com/story", "2026-10-01T08:00:00Z")
+    _send(stack, [story], {"story"})
+    reused = _article(ntrex, 6, "story", "https://a.example.com/story-2", "2026-10-12T08:00:00Z")
+    _send(stack, [reused], {"story"})
+    old_update = dict(story, id="old-update", url="https://b.example.com/old", body=story["body"] + " More later.",
+                      published_at="2026-10-12T09:00:00Z")  # fmt: skip
+    new_update = dict(reused, id="new-update", url="https://b.example.com/new", body=reused["body"] + " More later.",
+                      published_at="2026-10-12T09:00:00Z")  # fmt: skip
+    latest = _send(stack, [old_update, new_update], {"old-update", "new-update"})
+    assert_invariants(latest)
+    assert (latest["old-update"]["verdict"], latest["old-update"]["canonical_id"]) == ("unique", "old-update")
+    assert (latest["new-update"]["verdict"], latest["new-update"]["canonical_id"]) == ("duplicate", "story")
+    assert latest["new-update"]["stage"] == "simhash"
+
+
 # --- sizes ------------------------------------------------------------------------------------------------
 
 
