@@ -2,8 +2,8 @@
 written one at a time, with the same answer for every write: on one server and on a Redis Cluster.
 
 The batch mixes what a bulk call must keep in order: two claims of one key (the first holder wins), a key
-claimed and then replaced, a group grown twice, a canonical registered again under its old seq (once with its
-fingerprint, once with another), one removed and its document's verdict replaced, a verdict that stands already
+claimed and then replaced, a group grown twice, a canonical registered again (with its fingerprint: under its
+old seq; with another: anew), one removed and its document's verdict replaced, a verdict that stands already
 (answered 0), verdicts with given seqs.
 """
 
@@ -82,7 +82,7 @@ def _batch(removed: Link) -> list[Write]:
         ReplaceWrite("k:c1", "nobody", "c13", T),  # expects another holder: changes nothing
         ReplaceWrite("u:c2", "c2", "c14", None),  # keeps its stamp
         CanonicalWrite("c3", _simhash(3), "en", _bands(3), T),  # registered already: keeps its seq
-        CanonicalWrite("c4", _simhash(40), "en", _bands(40), T + DAY),  # its id reused: its seq, new entries
+        CanonicalWrite("c4", _simhash(40), "en", _bands(40), T + DAY),  # its id reused: registered anew
         VerdictWrite(Link("d0", Verdict.DUPLICATE, "c1", Stage.URL, published_at=T)),  # stands already: 0
         RemoveCanonicalWrite("c5", "en", _bands(5)),
         GrowWrite("c5", -1, 0),
@@ -139,7 +139,7 @@ def test_a_batch_written_in_bulk_equals_its_writes_one_at_a_time(one_or_cluster_
     # A sample of the answers, as each write gives them on its own.
     assert bulk[0] == ["c10", "c10", "c10"] and bulk[3] == ["c11", "c11", "c10"]
     assert [b for b in bulk if isinstance(b, list) and len(b) == 1][:2] == [["c5"], ["c6"]]
-    assert bulk_state["seq"] == "60" and bulk_state["vseq"] == "5000"
+    assert bulk_state["seq"] == "61" and bulk_state["vseq"] == "5000"  # c0..c59, and c4 anew
     assert sum(len(h) for name, h in bulk_state.items() if name.startswith("g:")) == 11
 
 
@@ -203,12 +203,10 @@ def test_a_newer_lease_in_any_slot_of_a_bulk_call_refuses_the_whole_call(redis_u
     client.close()
 
 
-def test_a_canonical_registered_again_with_another_fingerprint_keeps_its_seq_and_takes_its_new_entries(
-    redis_url: str,
-) -> None:
-    """An id reused for another text once its verdict expired: its entries are the new text's, under its first
-    seq; its first text's band entries are taken out (kept, they found the new text for the first's near-duplicates,
-    and Redis wrote no entry over the live one: the new text was found by nothing)."""
+def test_a_canonical_registered_again_with_another_fingerprint_is_registered_anew(redis_url: str) -> None:
+    """An id reused for another text once its verdict expired: it is a new canonical (a new seq, first seen now),
+    and its first text's entries are taken out. Redis wrote no entry over the live one: the first text's entries
+    found the id for that text's near-duplicates, and the new text was found by nothing."""
     client = connect(redis_url)
     store = RedisStateStore(client, f"t{uuid.uuid4().hex}:")
     store._write(_setup(), 0, T)
@@ -216,7 +214,8 @@ def test_a_canonical_registered_again_with_another_fingerprint_keeps_its_seq_and
     store._write([CanonicalWrite("c4", _simhash(40), "en", _bands(40), T + DAY)], 0, T + DAY)
     assert [c.doc_id for c in store.band_candidates("en", _bands(4))] == []
     (after,) = [c for c in store.band_candidates("en", _bands(40)) if c.doc_id == "c4"]
-    assert (after.seq, after.simhash) == (before.seq, _simhash(40))
+    assert after.seq > before.seq and after.simhash == _simhash(40)
+    assert client.hget(store._entries_key(before.seq // 256), str(before.seq)) is None
     old_entries = set(store._band_entries("en", _bands(4))) - set(store._band_entries("en", _bands(40)))
     assert old_entries
     for bucket, field_ in old_entries:

@@ -114,8 +114,8 @@ def test_a_near_duplicate_of_a_canonical_whose_id_was_reused_for_a_new_story_is_
     """As above, but the reused id C is given a new story S that is a copy of nothing: C is a canonical again, of S.
     Registering C again kept its first text's band entries (the market report) on every store: a near-duplicate M
     of the market report was linked to C, now the story S (stage 3 merged two articles, and the compacted
-    articles.deduped keeps only S under C), and a near-duplicate N of S found nothing. C's band entries are its
-    current text's: M is a canonical of its own, N is C's SimHash duplicate."""
+    articles.deduped keeps only S under C), and a near-duplicate N of S found nothing. C is registered anew, with
+    S's entries, first seen after Z: M is a canonical of its own, N is C's SimHash duplicate."""
     stream = Stream(new_state())
     assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
     later = T0 + 8 * DAY_S
@@ -126,6 +126,11 @@ def test_a_near_duplicate_of_a_canonical_whose_id_was_reused_for_a_new_story_is_
     assert (near_old.verdict, near_old.canonical_id) == (Verdict.UNIQUE, "M"), f"linked to another story: {near_old}"
     near = stream.decide("N", story, later, " More later.")
     assert (near.verdict, near.canonical_id, near.stage) == (Verdict.DUPLICATE, "C", Stage.SIMHASH)
+    bands = stream.store.band_layout.keys(stream.docs["C"].simhash)
+    (canonical,) = [c for c in stream.store.band_candidates("en", bands) if c.doc_id == "C"]
+    (other,) = [c for c in stream.store.band_candidates("en", stream.store.band_layout.keys(stream.docs["Z"].simhash))
+                if c.doc_id == "Z"]  # fmt: skip
+    assert canonical.seq > other.seq, "S was first seen after Z: ties go to Z, in the live state as in a replay"
 
 
 def test_a_canonical_id_reused_in_a_batch_is_found_by_its_new_text_only(new_state: Callable[[], StateStore]) -> None:
@@ -223,33 +228,40 @@ def test_a_replay_rebuilds_the_exact_key_a_copy_took_over_from_a_reused_id(tmp_p
 
 
 def test_a_replay_rebuilds_the_band_entries_of_a_canonical_whose_id_was_reused(tmp_path: Path) -> None:
-    """`dedup run` on two days, the second reusing C's id for a new story S (a canonical again) and bringing a
-    near-duplicate of each text; `dedup replay` of the links file rebuilds C's row with S's fingerprint, as the live
-    state holds it, so the rebuilt state decides the next near-duplicate as the live one does."""
+    """`dedup run` on two days, the second bringing a story Z, then reusing C's id for a new story S (a canonical
+    again) and a near-duplicate of S; `dedup replay` of the links file rebuilds C's row with S's fingerprint, first
+    seen after Z, as the live state holds it. So does a replay of only each document's latest record (what a
+    compacted `dedup.links` keeps): C registered anew is first seen where its latest record stands."""
     settings = Settings(stages=CHEAP)
     later = T0 + 8 * DAY_S
     story = ("A third story", _body(11, 77, 200))
     near = (story[0], story[1] + " More later.")
     day1 = [_article("C", MARKET, T0)]
-    day2 = [_article("C", story, later, url="https://x.example.com/C2"), _article("N", near, later)]
+    day2 = [_article("Z", OTHER, later), _article("C", story, later, url="https://x.example.com/C2"),
+            _article("N", near, later)]  # fmt: skip
     paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
     for number, records in enumerate((day1, day2)):
         source = tmp_path / f"day{number}.jsonl"
         source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
         run(settings, [str(source)], paths)
-    links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
-    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links][-2:] == [
+    lines = paths.links.read_bytes().splitlines()
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in map(orjson.loads, lines)][-2:] == [
         ("C", "unique", "C"),
         ("N", "duplicate", "C"),
     ]
-    rebuilt = tmp_path / "rebuilt"
-    replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
-    sql = "SELECT * FROM canonicals ORDER BY seq"
-    with (
-        closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
-        closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
-    ):
-        assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall()
+    latest = {orjson.loads(line)["doc_id"]: line for line in lines}
+    compacted = tmp_path / "compacted.jsonl"
+    compacted.write_bytes(b"".join(line + b"\n" for line in lines if latest[orjson.loads(line)["doc_id"]] is line))
+    rows = "SELECT * FROM canonicals ORDER BY seq"
+    order = "SELECT doc_id, simhash, language, stamp, figures FROM canonicals ORDER BY seq"
+    for source, sql in ((paths.links, rows), (compacted, order)):
+        rebuilt = tmp_path / f"rebuilt-{source.stem}"
+        replay_files([str(source)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
+        with (
+            closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
+            closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
+        ):
+            assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall(), source.name
 
 
 def _article(doc_id: str, text: tuple[str, str], at: int, url: str | None = None) -> dict[str, Any]:

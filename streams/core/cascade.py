@@ -35,8 +35,8 @@ canonical" in a way that deletes data or makes a chain:
   duplicate, the band entries and exact keys of its first text still name it: they are passed over
   (`_still_canonical`, `_reused`), never followed to the other story it copies now, and a document that claims
   such a key takes it over (`claim_keys`; a replay claims alike). Where it makes it a canonical again, the stores
-  replace its band entries with the new text's (`StateStore.add_canonical`); its first text's exact keys still
-  lead to it (a limit: tests/test_retention_attacks.py).
+  register it anew, with the new text's band entries (`StateStore.add_canonical`); its first text's exact keys
+  still lead to it (a limit: tests/test_retention_attacks.py).
 - A vector neighbour older than `vectors_hours` is never searched for (the
   window starts at the horizon), even before the sweep removes it.
 

@@ -80,8 +80,9 @@ class StateStore(Protocol):
     ) -> None:
         """Register a canonical in the band sets, with a first-seen `seq` after every earlier one, stamped
         with its `published_at`; its candidates carry `figures` (0: none) for stage 3's figure check. One
-        registered again while its entries live keeps its seq, and its entries become those of `simhash` (its
-        verdict expired, its id reused for another text: the first text's would link that text's copies to it)."""
+        registered again while its entries live keeps its seq with the same fingerprint (sent again once its verdict
+        expired) and is registered anew with another (its id reused for another text: the first text's entries
+        would link that text's copies to it)."""
 
     def grow_group(self, canonical_id: str, published_at: int) -> int:
         """Count one more member in the canonical's group; returns the new size. The group is stamped with

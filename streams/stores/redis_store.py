@@ -394,8 +394,7 @@ return removed
 #     while the live key holds the expected one; 1 or 0.
 # 'g' register (c bucket): doc_id, the seq it is expected to hold ('' none), its new seq. Compare-and-set;
 #     the seq it holds afterwards (0: none).
-# 'e' an s: entry: seq, entry, set where absent; 'E' set over the one there (a canonical registered again with
-#     another fingerprint). 'D' a field removed (an s: entry, a pending link): its name.
+# 'e' an s: entry: seq, entry, set where absent. 'D' a field removed (an s: entry, a pending link): its name.
 # 'p' a pending link (p bucket): doc_id, its stamp, a space and the encoded link; set.
 # 'b' a band entry: band value, seq, added unless there already (a write applied again changes nothing);
 #     'B' the seq taken out (the field goes when it holds no other).
@@ -482,9 +481,6 @@ while a <= #ARGV do
     a = a + 5
   elseif code == 'e' then
     redis.call('HSETNX', key, ARGV[a + 2], ARGV[a + 3])
-    a = a + 4
-  elseif code == 'E' then
-    redis.call('HSET', key, ARGV[a + 2], ARGV[a + 3])
     a = a + 4
   elseif code == 'p' then
     redis.call('HSET', key, ARGV[a + 2], ARGV[a + 3])
@@ -1597,21 +1593,24 @@ class RedisStateStore:
         found = self._run([*calls, *([partial(_incrby, key=self._seq, amount=len(fresh))] if fresh else [])])
         new = dict(zip(fresh, range(int(found.pop()) - len(fresh) + 1, 1 << 62), strict=False)) if fresh else {}
         held: dict[int, int] = {}
-        """Canonicals registered under a live entry (their entries are written again where missing: a batch
-        applied again), and removals: the seq they hold."""
-        replaced: dict[int, int] = {}
-        """Those of them whose live entry has another fingerprint, its fingerprint: the id was reused for another
-        text once its verdict expired, and its entries become the new text's (`SqliteStateStore.add_canonical`)."""
+        """Canonicals registered under a live entry of the same fingerprint (their band entries are written
+        again where missing: a batch applied again), and removals: the seq they hold."""
+        replaced: dict[int, tuple[int, int]] = {}
+        """Canonicals registered over a live entry of another fingerprint (the id reused for another text once its
+        verdict expired): that entry's seq and fingerprint, taken out as the id is registered anew
+        (`SqliteStateStore.add_canonical`)."""
         dead = []
         for (i, seq), entry in zip(old.items(), gather(found), strict=True):
             write = writes[i]
             if isinstance(write, RemoveCanonicalWrite):
                 held[i] = seq
             elif entry is not None and not expired(_day_end(self._entries.day(entry)), clock, self.keep.bands):
-                results[i] = held[i] = seq
                 simhash = self._entries.read(entry)[0]
-                if simhash != write.simhash:  # type: ignore[union-attr]
-                    replaced[i] = simhash
+                if simhash == write.simhash:  # type: ignore[union-attr]
+                    results[i] = held[i] = seq
+                else:
+                    replaced[i] = (seq, simhash)
+                    dead.append(i)
             else:
                 dead.append(i)  # its entry expired (or a crash left it unwritten): registered again
         if dead:
@@ -1670,12 +1669,13 @@ class RedisStateStore:
                 seq = str(results[i])
                 stamp = stamp_of(write.published_at)
                 entry = self._entries.write(write.simhash, stamp, write.figures, write.canonical_id)
-                entries.append((self._entries_key(results[i] // 256), "E" if i in replaced else "e", (seq, entry)))
-                banded = self._band_entries(write.language, write.bands)
-                adding += [(key, "b", (field_, seq)) for key, field_ in banded]
-                if i in replaced:  # the first text's band entries (in another language they stay, and read the new)
-                    gone = set(self._band_entries(write.language, self.band_layout.keys(replaced[i]))) - set(banded)
-                    dropping += [(key, "B", (field_, seq)) for key, field_ in sorted(gone)]
+                entries.append((self._entries_key(results[i] // 256), "e", (seq, entry)))
+                adding += [(key, "b", (field_, seq)) for key, field_ in self._band_entries(write.language, write.bands)]
+                if i in replaced:  # the first text's entries (its band entries in another language read as none)
+                    first, simhash = replaced[i]
+                    bulk.add(self._entries_key(first // 256), "D", (str(first),))
+                    first_bands = self._band_entries(write.language, self.band_layout.keys(simhash))
+                    dropping += [(key, "B", (field_, str(first))) for key, field_ in first_bands]
                 languages.add(write.language)
             elif isinstance(write, RemoveCanonicalWrite) and i in held:
                 seq = str(held[i])

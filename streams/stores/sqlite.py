@@ -200,8 +200,9 @@ class SqliteStateStore:
         self._stored_verdicts: dict[str, Link | None] = {}
         self._stored_bands: dict[tuple[int, int], list[Canonical]] = {}
         self._stored_groups: dict[str, tuple[int, int | None]] = {}
-        self._stored_rows: dict[str, tuple[int, int | None] | None] = {}
-        """The seq and stamp of a canonical's row, by id (None: no row): what registering the id again keeps."""
+        self._stored_rows: dict[str, tuple[int, int, int | None] | None] = {}
+        """The seq, fingerprint and stamp of a canonical's row, by id (None: no row): registered again with that
+        fingerprint, it keeps that seq."""
         self._removed: set[str] = set()
         """Canonicals taken out of the band sets since the last commit (a relink made them duplicates)."""
         # Reads run inside one open transaction: a read transaction per statement
@@ -464,8 +465,12 @@ class SqliteStateStore:
         for part in _parts(rest):
             self._stored_rows.update(dict.fromkeys(part))
             marks, values = _bound(part)
-            rows = self._db.execute(f"SELECT doc_id, seq, stamp FROM canonicals WHERE doc_id IN ({marks})", values)
-            self._stored_rows.update((doc_id, (seq, stamp)) for doc_id, seq, stamp in rows)
+            rows = self._db.execute(
+                f"SELECT doc_id, seq, simhash, stamp FROM canonicals WHERE doc_id IN ({marks})", values
+            )
+            self._stored_rows.update(
+                (doc_id, (seq, _to_unsigned(simhash), stamp)) for doc_id, seq, simhash, stamp in rows
+            )
 
     def _load_groups(self, canonical_ids: Iterable[str]) -> None:
         rest = [c for c in dict.fromkeys(canonical_ids) if c not in self._groups and c not in self._stored_groups]
@@ -594,24 +599,25 @@ class SqliteStateStore:
     @cached_property
     def _canonical_upsert(self) -> str:
         """`commit`'s statement for a canonical, its last parameter the band stamp visible when it was registered.
-        Registered again while its row lives (its verdict expired), its first seq stays and its stamp moves on; its
-        entries stay for the same fingerprint (a redelivery) and are replaced for another (the id reused for another
-        text: `add_canonical`). Registered over a row that had expired, not yet swept, it replaces the row whole, as
-        after the sweep (and as Redis registers an id whose entry expired): kept, the row's old fingerprint would
-        come back to life under an id reused for another text."""
+        Registered again while its row lives with the same fingerprint (its verdict expired, the document sent
+        again), its seq and entries stay and its stamp moves on. Registered over a row that had expired, not yet
+        swept, or one of another fingerprint (its id reused for another text: `add_canonical`), it replaces the row
+        whole, as after the sweep (and as Redis registers an id whose entry expired or held another fingerprint):
+        kept, the row's old fingerprint would come back to life under an id reused for another text."""
         columns = ["seq", "doc_id", "simhash", "language", *(f"b{i}" for i in range(len(self.band_layout.tables)))]
         columns += ["stamp", "figures"]
         since = f"?{len(columns) + 1}"
+        new = f"stamp < {since} OR simhash <> excluded.simhash"
         replaced = ", ".join(
-            f"{column} = iif(stamp < {since}{'' if column == 'seq' else ' OR simhash <> excluded.simhash'},"
-            f" excluded.{column}, {column})"
+            f"{column} = iif({new}, excluded.{column}, {column})"
             for column in columns
             if column not in ("doc_id", "stamp")
         )
         values = ", ".join(f"?{i + 1}" for i in range(len(columns)))
         return (
-            f"INSERT INTO canonicals ({', '.join(columns)}) VALUES ({values})"
-            f" ON CONFLICT (doc_id) DO UPDATE SET {replaced}, stamp = MAX(COALESCE(stamp, 0), excluded.stamp)"
+            f"INSERT INTO canonicals ({', '.join(columns)}) VALUES ({values}) ON CONFLICT (doc_id) DO UPDATE SET"
+            f" {replaced}, stamp = iif(simhash <> excluded.simhash, excluded.stamp,"
+            " MAX(COALESCE(stamp, 0), excluded.stamp))"
         )
 
     @property
@@ -629,18 +635,18 @@ class SqliteStateStore:
         published_at: int,
         figures: int = 0,
     ) -> None:
-        """Register a canonical. Registered again while its row lives (its verdict expired), it keeps its first
-        `seq` and its later stamp, and its entries are those of the fingerprint it has now: an id reused for another
-        text keeping its first text's entries would have that text's near-duplicates linked to the new one (stage 3
-        merging two articles) and the new one's found by nothing. A row past `bands_days` is replaced whole
-        (`_canonical_upsert`)."""
+        """Register a canonical. Registered again with the fingerprint of its live row (its verdict expired, the
+        document sent again), it keeps the row's seq and its later stamp. With another (its id reused for another
+        text), or over a row past `bands_days`, it is a new canonical: a new seq, the new text's entries. Kept, the
+        first text's entries would have its near-duplicates linked to the new text (stage 3 merging two articles)
+        and the new text's found by nothing (`_canonical_upsert`)."""
         stamp = self._stamp(published_at)
         live = self._live_row(canonical_id)
-        if live is None:
+        if live is not None and live[1] == simhash:
+            seq, stamp = live[0], max(stamp, live[2] or 0)
+        else:
             seq = self._next_seq
             self._next_seq += 1
-        else:
-            seq, stamp = live[0], max(stamp, live[1] or 0)
         canonical = Canonical(canonical_id, simhash, language, seq, stamp, figures)
         self._made[canonical_id] = canonical
         since = self._since["canonicals"]
@@ -648,12 +654,13 @@ class SqliteStateStore:
         for band in enumerate(bands):  # the keys it is stored under: a lookup's `near` keys find it
             self._bands[band].append(canonical)
 
-    def _live_row(self, canonical_id: str) -> tuple[int, int | None] | None:
-        """The seq and stamp of a canonical's live row (registered since the last commit, or stored), which
-        registering it again keeps (`_canonical_upsert`); None where it has none (`warm` read the chunk's)."""
+    def _live_row(self, canonical_id: str) -> tuple[int, int, int | None] | None:
+        """The seq, fingerprint and stamp of a canonical's live row (registered since the last commit, or stored);
+        None where it has none (`warm` read the chunk's)."""
         made = self._made.get(canonical_id)
         if made is not None:
-            return (made.seq, made.published_at) if self._alive(made.published_at, "canonicals") else None
+            alive = self._alive(made.published_at, "canonicals")
+            return (made.seq, made.simhash, made.published_at) if alive else None
         if canonical_id in self._removed:
             return None
         if canonical_id not in self._stored_rows:
