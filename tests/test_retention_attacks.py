@@ -210,21 +210,13 @@ def test_a_replay_rebuilds_the_exact_key_a_copy_took_over_from_a_reused_id(tmp_p
     day1 = [_article("C", MARKET, T0)]
     day2 = [_article("Z", OTHER, later), _article("C", OTHER, later, url="https://x.example.com/C2"),
             _article("M", MARKET, later)]  # fmt: skip
-    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
-    for number, records in enumerate((day1, day2)):
-        source = tmp_path / f"day{number}.jsonl"
-        source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-        run(settings, [str(source)], paths)
+    paths = _run_days(tmp_path, settings, day1, day2)
     links = [orjson.loads(line) for line in paths.links.read_bytes().splitlines()]
     assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in links][-1] == ("M", "unique", "M")
     rebuilt = tmp_path / "rebuilt"
     replay_files([str(paths.links)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
     sql = "SELECT hex(key), canonical_id, stamp FROM exact_keys ORDER BY key"
-    with (
-        closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
-        closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
-    ):
-        assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall()
+    assert _rows(rebuilt, sql) == _rows(paths.state, sql)
 
 
 def test_a_replay_rebuilds_the_band_entries_of_a_canonical_whose_id_was_reused(tmp_path: Path) -> None:
@@ -239,11 +231,7 @@ def test_a_replay_rebuilds_the_band_entries_of_a_canonical_whose_id_was_reused(t
     day1 = [_article("C", MARKET, T0)]
     day2 = [_article("Z", OTHER, later), _article("C", story, later, url="https://x.example.com/C2"),
             _article("N", near, later)]  # fmt: skip
-    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
-    for number, records in enumerate((day1, day2)):
-        source = tmp_path / f"day{number}.jsonl"
-        source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-        run(settings, [str(source)], paths)
+    paths = _run_days(tmp_path, settings, day1, day2)
     lines = paths.links.read_bytes().splitlines()
     assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in map(orjson.loads, lines)][-2:] == [
         ("C", "unique", "C"),
@@ -257,11 +245,22 @@ def test_a_replay_rebuilds_the_band_entries_of_a_canonical_whose_id_was_reused(t
     for source, sql in ((paths.links, rows), (compacted, order)):
         rebuilt = tmp_path / f"rebuilt-{source.stem}"
         replay_files([str(source)], rebuilt, retention=settings.retention, band_layout=settings.simhash.band_layout)
-        with (
-            closing(sqlite3.connect(paths.state / "state.sqlite3")) as live,
-            closing(sqlite3.connect(rebuilt / "state.sqlite3")) as replayed,
-        ):
-            assert replayed.execute(sql).fetchall() == live.execute(sql).fetchall(), source.name
+        assert _rows(rebuilt, sql) == _rows(paths.state, sql), source.name
+
+
+def _run_days(tmp_path: Path, settings: Settings, *days: list[dict[str, Any]]) -> RunPaths:
+    """`dedup run` of each day's articles in turn, into one output folder and state."""
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
+    for number, records in enumerate(days):
+        source = tmp_path / f"day{number}.jsonl"
+        source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        run(settings, [str(source)], paths)
+    return paths
+
+
+def _rows(state: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(state / "state.sqlite3")) as db:
+        return db.execute(sql).fetchall()
 
 
 def _article(doc_id: str, text: tuple[str, str], at: int, url: str | None = None) -> dict[str, Any]:
