@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streams.config import Settings
@@ -226,6 +226,7 @@ RULES = (SourceRules(), SourceRules({"example.com": frozenset({"id"})}))
 
 @settings(max_examples=1500, deadline=None)
 @given(st.sampled_from(["http", "https", "HTTP"]), host, path, st.none() | query, st.sampled_from(RULES))
+@example("http", "a.0", "/", None, SourceRules())  # w3lib 2.6 refuses it (not a valid IPv4); the short path took it
 def test_the_short_url_path_gives_the_general_one(
     scheme: str, hostname: str, route: str, params: str | None, rules: SourceRules
 ) -> None:

@@ -169,8 +169,10 @@ def _simple_url(url: str, rules: SourceRules | None) -> str | None:
     if match is None:
         return None
     hostname, path, query = match.groups()
-    if "--" in hostname or len(hostname) > 253 or (path and "/." in path):
-        return None  # IDNA's reserved labels, and dot segments: the general path decides
+    if "--" in hostname or len(hostname) > 253 or (path and "/." in path) or hostname.rpartition(".")[2].isdigit():
+        # IDNA's reserved labels, dot segments, and a host ending in a number (an IPv4 address as the URL
+        # standard reads it, which w3lib 2.6 refuses where not a valid one: `a.0`): the general path decides
+        return None
     host = _canonical_host(hostname)
     if query:
         query = _kept_query(query, rules.allowlist_for(host) if rules else None)
