@@ -455,3 +455,20 @@ def test_a_link_an_agent_read_before_the_sweep_removed_its_canonicals_verdict_ne
         assert (again.verdict, again.canonical_id) == (Verdict.UNIQUE, "C")  # a canonical with members stays one
         assert store.group_size("C") == 2
     _linked_to_a_canonical(store, link)
+
+
+def test_a_canonical_sent_again_past_bands_days_is_registered_anew_on_sqlite() -> None:
+    """C's row past `bands_days`, not yet swept, then C sent again (the same text): a new canonical, first seen
+    after K, registered in between. Its row's age was read from the wrong column (the fingerprint), so the row
+    counted as live and C kept its first seq, ahead of K."""
+    stream = Stream(SqliteStateStore(":memory:"))
+    assert stream.decide("C", MARKET, T0).verdict is Verdict.UNIQUE
+    later = T0 + 40 * DAY_S  # past bands_days (30) and verdicts_days (7)
+    assert stream.decide("K", OTHER, later).verdict is Verdict.UNIQUE
+    assert stream.decide("C", MARKET, later).verdict is Verdict.UNIQUE
+    seqs = {
+        c.doc_id: c.seq
+        for doc_id in ("C", "K")
+        for c in stream.store.band_candidates("en", stream.store.band_layout.keys(stream.docs[doc_id].simhash))
+    }
+    assert seqs["C"] > seqs["K"], seqs

@@ -666,7 +666,7 @@ class SqliteStateStore:
         if canonical_id not in self._stored_rows:
             self._load_rows([canonical_id])
         row = self._stored_rows[canonical_id]
-        return row if row is not None and self._alive(row[1], "canonicals") else None
+        return row if row is not None and self._alive(row[2], "canonicals") else None
 
     def remove_canonical(self, canonical_id: str, language: str, bands: Sequence[int]) -> None:
         self._removed.add(canonical_id)
