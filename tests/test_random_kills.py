@@ -86,8 +86,21 @@ def _arm(where: str, after: int) -> None:
 
         return call
 
-    if where.startswith("emit"):
-        flush = (lambda run: [output._handle.flush() for output in run._outputs]) if where == "emit-flushed" else None
+    if where == "link-written":  # links.jsonl's buffer alone gone to the file, as a full buffer goes
+        write = embedded.JsonlOutput.write
+
+        def link_written(output: Any, *args: Any) -> Any:
+            result = write(output, *args)
+            if output.path.name == "links.jsonl":
+                calls[0] += 1
+                if calls[0] == after:
+                    output._handle.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        embedded.JsonlOutput.write = link_written  # type: ignore[method-assign]
+    elif where.startswith("emit"):
+        flush = (lambda run: [output.flush() for output in run._outputs]) if where == "emit-flushed" else None
         embedded._Run._emit = counted(embedded._Run._emit, flush)  # type: ignore[method-assign]
     elif where.startswith("relinked"):
         flush = (lambda links: links._handle.flush()) if where == "relinked-flushed" else None
@@ -101,6 +114,11 @@ def _arm(where: str, after: int) -> None:
 def _lines(path: Path) -> list[dict[str, Any]]:
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
     return [{k: v for k, v in record.items() if k != "linked_at"} for record in records]
+
+
+def _without_floats(record: dict[str, Any]) -> dict[str, Any]:
+    """A record but its vector and scores: an embedding batched otherwise differs in the last bits."""
+    return {k: v for k, v in record.items() if k not in ("vector", "candidates", "score")}
 
 
 def _state(folder: Path) -> dict[str, list[Any]]:
@@ -175,6 +193,35 @@ def test_a_run_killed_between_its_state_and_its_journal_keeps_its_candidate_reco
 
     assert candidates(clean.state) == ["a", "b", "c"]
     assert candidates(killed.state) == candidates(clean.state)
+
+
+def test_a_run_killed_once_a_link_line_reached_its_file_keeps_the_article_and_candidate_records(
+    tmp_path: Path,
+) -> None:
+    """The run that resumes takes in the link lines a kill left past the state's commit and decides those
+    documents no more, so nothing makes their candidate lines again: a link line must never reach links.jsonl
+    before them. Killed right after `b`'s link line was written, and links.jsonl's buffer went to the file as a
+    full one goes (a canonical's link, with its vector, is larger than the buffer), before its candidate line."""
+    from tests.test_runs_across_time import TEXT_A, TEXT_B, TEXT_C
+
+    settings = Settings()  # every stage: each canonical is embedded and has a candidate record
+    when = "2026-01-05T10:00:00Z"
+    records = [
+        {"id": name, "url": f"https://{name}.example.com/", "title": "t", "body": text, "published_at": when}
+        for name, text in (("a", TEXT_A), ("b", TEXT_B), ("c", TEXT_C))
+    ]
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
+    assert _run_in_chunks(settings, str(source), clean, 4, None) == 0
+    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
+    assert _run_in_chunks(settings, str(source), killed, 4, ("link-written", 2)) == KILLED
+    assert _run_in_chunks(settings, str(source), killed, 4, None) == 0
+    for name in ("links.jsonl", "deduped.jsonl", "candidates.jsonl"):
+        assert [_without_floats(r) for r in _lines(killed.out / name)] == [
+            _without_floats(r) for r in _lines(clean.out / name)
+        ], name
+    assert _state(killed.state) == _state(clean.state)
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -9,10 +9,16 @@ Running the same command again continues, so the outputs always hold what the
 state holds: the state is committed only after the output lines of everything
 it remembers are fsynced, and Ctrl-C waits for the document being decided and
 written. A kill between commits leaves outputs ahead of the state: the next run
-decides those documents again, the same way, and `JsonlOutput` does not write
-a line the file already has (it also cuts a line torn by the kill). Emitting
-from the state on resume instead would need every output line (the article,
-its vector) kept in the state; ordering the writes needs nothing kept twice.
+first restores the link records past the state's last commit (`_take_in_published`),
+so those documents keep the verdicts their lines say, whatever this release or
+these settings would decide, and `JsonlOutput` does not write a line the file
+already has (it also cuts a line torn by the kill). A document's lines reach
+their files in one order (held, then handed over in order): its candidate line,
+its link line, its article. So a link taken in never lacks its candidate record,
+no article is published without its verdict, and a restored canonical whose
+article the kill caught is written when the run reads it again. Emitting from
+the state on resume instead would need every output line (the article, its
+vector) kept in the state; ordering the writes needs nothing kept twice.
 Until it has, another command on the state is refused (`refuse_a_stopped_command`):
 the state notes how much of each output it took in, and run.json which command
 wrote the outputs last.
@@ -43,6 +49,7 @@ from streams.records.output import candidate_record, deduped_record, link_record
 from streams.runner.collector import rare_collections
 from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import InputLine, JsonlOutput, read_lines
+from streams.runner.restoring import LinkRestorer, take_in_outputs
 from streams.runner.summary import RunStats
 from streams.stores.journal import Journal, commit_state_then_journal, settle
 from streams.stores.sqlite import SqliteStateStore
@@ -54,6 +61,8 @@ CHUNK = 256
 """Documents parsed ahead of their decisions (the embedder's look-ahead window)."""
 COMMIT_SECONDS = 2.0
 """How often outputs are flushed and the state committed: each commit syncs the disk."""
+HELD_BYTES = 32 * 1024 * 1024
+"""Output lines held in memory at most between two commits before they are handed to the files, in order."""
 SWEEP_LIMIT = 10_000
 """Expired entries removed after a commit, at most: the sweep catches up over a few commits, never stalls one."""
 
@@ -234,7 +243,7 @@ def refuse_a_stopped_command(paths: RunPaths, state: SqliteStateStore, command: 
 
     Decided without those records, another command would contradict outputs that say they were made: a story
     published just before the kill published again under another id, a state that `dedup replay` of the links
-    does not rebuild. The stopped command run again decides them again and completes its outputs.
+    does not rebuild. The stopped command run again takes them in and completes its outputs.
     """
     for path, mark in state.output_marks().items():
         try:
@@ -269,6 +278,25 @@ def mark_outputs(state: SqliteStateStore, outputs: Sequence[Path], fresh: bool =
     if unmarked:
         state.commit()
     return marks
+
+
+def _take_in_published(
+    paths: RunPaths,
+    state: SqliteStateStore,
+    journal: Journal,
+    vectors: EdgeVectorStore | None,
+    retention: RetentionSettings,
+) -> set[str]:
+    """Restore, and commit, the link records a stopped run published past the state's last commit (ids of the
+    documents restored): the documents are then repeated, with the verdicts their lines say, whatever this
+    release or these settings would decide now (`streams.runner.restoring.take_in_outputs`)."""
+    restorer = LinkRestorer(state, journal, vectors, retention)
+    restored = take_in_outputs(paths.links, paths.candidates, state.output_marks(), restorer, journal)
+    if restored:
+        if vectors is not None:
+            state.note_vector_shards(vectors.shard_names())
+        commit_state_then_journal(state, journal)
+    return restored
 
 
 def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:
@@ -342,17 +370,23 @@ def run(
                 raise ValueError(problem)
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         note_owner(paths, command)
+        restored = set() if fresh else _take_in_published(paths, state, journal, vectors, settings.retention)
         marks = mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
+        # In the order they are flushed (`_Run._flush`): a document's candidate line, its link line, its article.
         outputs = (
-            JsonlOutput(paths.links, link_identity, fresh=fresh, occurrence=link_occurrence, committed=marks[0]),
-            JsonlOutput(paths.deduped, deduped_identity, fresh=fresh, committed=marks[1]),
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
-            JsonlOutput(paths.candidates, candidate_identity, fresh=fresh, committed=marks[2]),
+            JsonlOutput(paths.candidates, candidate_identity, fresh=fresh, committed=marks[2], held=True),
+            JsonlOutput(
+                paths.links, link_identity, fresh=fresh, occurrence=link_occurrence, committed=marks[0], held=True
+            ),
+            JsonlOutput(paths.deduped, deduped_identity, fresh=fresh, committed=marks[1], held=True),
         )
         held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
         consistent = completed = False
         try:
-            work = _Run(settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress)
+            work = _Run(
+                settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress, restored
+            )
             stats = work.run(read_lines(sources, settings.max_record_bytes))
             consistent = completed = True
         except KeyboardInterrupt:
@@ -363,7 +397,7 @@ def run(
             raise failed.__cause__ from None
         finally:
             with interrupts:
-                note_outputs(state, (outputs[0], outputs[1], outputs[3]), completed)
+                note_outputs(state, (outputs[2], outputs[3], outputs[1]), completed)
                 for output in outputs:
                     output.close()
                 if consistent:
@@ -375,6 +409,11 @@ def run(
                 if vectors is not None:
                     vectors.close()
     stats.notes += [f"cut a torn last line ({o.torn:,} bytes) of {o.path}" for o in outputs if o.torn]
+    if restored:
+        stats.notes.append(
+            f"took in the verdicts of {len(restored):,} documents that a stopped run had written to {paths.links}"
+            " past the state's last commit"
+        )
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats
 
@@ -411,13 +450,17 @@ class _Run:
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: Interrupts,
         on_progress: Callable[[int, int], None] | None,
+        restored: set[str],
     ) -> None:
         self._settings = settings
         self._cascade = cascade
         self._state, self._journal, self._vector_store = state
         self._embedder = embedder
         self._outputs = outputs
-        self._links, self._deduped, self._rejected, self._candidates = outputs
+        self._rejected, self._candidates, self._links, self._deduped = outputs
+        self._restored = restored
+        """Documents whose published link records the run took in (`_take_in_published`): their articles are
+        written where deduped.jsonl lacks them (a kill between a link line and its article's)."""
         self._interrupts = interrupts
         self._on_progress = on_progress
         self._done_lines = self._done_bytes = 0
@@ -543,8 +586,11 @@ class _Run:
                 self._journal.put_candidate(candidate)
         if decision.group_size is not None:
             self.stats.see_group(link.canonical_id, decision.group_size)
-        if link.publishes and not decision.repeated:
+        if link.publishes and (not decision.repeated or link.doc_id in self._restored):
             self._deduped.write(deduped_record(link, doc))
+        if sum(output.held for output in self._outputs) > HELD_BYTES:
+            for output in self._outputs:
+                output.flush()
 
     def _registered_again(self, record: dict[str, Any]) -> bool:
         """Whether a document decided afresh, whose line says what an earlier line says, was decided with this

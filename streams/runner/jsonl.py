@@ -147,6 +147,10 @@ class JsonlOutput:
     its verdict expired says what its first line said, at another date. Only records past
     the first `committed` bytes (what the writer's state took in) are kept by occurrence:
     an occurrence before them cannot come again (its state would not decide it afresh).
+
+    `held` keeps the lines in memory until `flush` or `sync`, so that they reach the file
+    in the order the writer flushes its outputs, never by a buffer that filled: `dedup run`
+    writes a document's candidate line before its link line, and that before its article.
     """
 
     def __init__(
@@ -157,8 +161,10 @@ class JsonlOutput:
         fresh: bool = False,
         occurrence: Callable[[dict[str, Any]], object] | None = None,
         committed: int = 0,
+        held: bool = False,
     ) -> None:
         self.path = path
+        self._held = bytearray() if held else None
         self._identity = identity
         self._occurrence = occurrence
         self._seen: set[bytes] = set()
@@ -218,18 +224,37 @@ class JsonlOutput:
             if not again():
                 return False
         self._seen.add(key)
-        self._handle.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE))
+        line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
+        if self._held is None:
+            self._handle.write(line)
+        else:
+            self._held += line
         return True
 
     def committed(self, completed: bool) -> int:
         """The bytes at the file's start that a commit of the writer's state now covers: all of them, but for
         the records an earlier process left past its last commit (a kill) while this one has not completed its
-        run. Those are decided again as the run reaches them, not at its first commit."""
-        return self._handle.tell() if completed or self._tail is None else self._tail
+        run: the run reads those documents again to write what their lines lack (`dedup run` restores their
+        links when it starts, and writes a restored canonical's article where the file lacks it)."""
+        if completed or self._tail is None:
+            return self._handle.tell() + self.held
+        return self._tail
+
+    @property
+    def held(self) -> int:
+        """Bytes written and held, not yet handed to the file."""
+        return len(self._held or b"")
+
+    def flush(self) -> None:
+        """Hand every line written so far to the file (the page cache: a killed process loses none of it)."""
+        if self._held:
+            self._handle.write(self._held)
+            self._held.clear()
+        self._handle.flush()
 
     def sync(self) -> None:
         """Make every line written so far durable (before the state that remembers them is committed)."""
-        self._handle.flush()
+        self.flush()
         os.fsync(self._handle.fileno())
 
     def close(self) -> None:

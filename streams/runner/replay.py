@@ -22,13 +22,13 @@ from typing import Any
 import orjson
 
 from streams.config import RetentionSettings, Settings
-from streams.core.model import clamped
-from streams.core.replay import Recorded, ReplayStats, restore
+from streams.core.replay import ReplayStats
 from streams.features.bands import BandLayout
 from streams.records.output import read_link_record
 from streams.runner.embedded import COMMIT_SECONDS, locked, sweep
 from streams.runner.interrupts import Interrupts
 from streams.runner.jsonl import read_lines
+from streams.runner.restoring import LINK_ERRORS, LinkRestorer, why_not_a_link
 from streams.stores.journal import Journal, commit_state_then_journal, settle
 from streams.stores.sqlite import SqliteStateStore
 from streams.vectors.edge import EdgeVectorStore
@@ -63,13 +63,7 @@ def replay_files(
         vectors = EdgeVectorStore(state_dir / "vectors")
         last_commit, uncommitted = time.perf_counter(), 0
 
-        def taken_in(recorded: Recorded) -> bool:
-            """Whether this state took in the link of a document it has no verdict of (`restore`): its verdict
-            has expired by the state's clock and the journal holds a record of it that the state covers.
-            Files come in any order, so the clock alone cannot say: an older file's links are new to it."""
-            return state.verdict_expired(recorded.verdict_stamp) and (
-                journal.link(recorded.link.doc_id, state.journal_mark) is not None
-            )
+        restorer = LinkRestorer(state, journal, vectors, retention)
 
         def commit() -> None:
             state.note_vector_shards(vectors.shard_names())
@@ -89,8 +83,8 @@ def replay_files(
                     try:
                         record = orjson.loads(line.raw)
                         recorded = read_link_record(record)
-                    except (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError) as exc:
-                        why = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+                    except LINK_ERRORS as exc:
+                        why = why_not_a_link(exc)
                         if first:
                             raise ValueError(
                                 f"{source} is not a links file ({why} on line {line.line_no}):"
@@ -100,16 +94,10 @@ def replay_files(
                         continue
                     first = False
                     with interrupts:  # a link is restored whole, journal record and all, or not at all
-                        state.advance(clamped(recorded.published_at, time.time()))
-                        if restore(recorded, state, vectors, retention, taken_in):
+                        if restorer.take(record, recorded):
                             stats.restored += 1
-                            journal.put_link(record)
                         else:
                             stats.already_there += 1
-                            if journal.link(recorded.link.doc_id) is None:
-                                journal.put_link(record)
-                            # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks
-                            # what a relink's record says of it (decided_by, previous), which relink reads.
                     uncommitted += 1
                     if uncommitted >= COMMIT_LINKS or time.perf_counter() - last_commit >= COMMIT_SECONDS:
                         with interrupts:

@@ -1,0 +1,108 @@
+"""Taking published link records into a state folder: what `dedup replay` does for each line of a links file,
+and what `dedup run` does for the lines a kill left past its state's last commit (`take_in_outputs`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from streams.config import RetentionSettings
+from streams.core.model import clamped
+from streams.core.replay import Recorded, restore
+from streams.records.output import read_link_record
+from streams.stores.journal import Journal
+from streams.stores.sqlite import SqliteStateStore
+
+if TYPE_CHECKING:
+    from streams.vectors.edge import EdgeVectorStore
+
+LINK_ERRORS = (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError)
+"""What `orjson.loads` and `read_link_record` raise on a line that is no link record."""
+
+
+def why_not_a_link(exc: Exception) -> str:
+    return f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+
+
+class LinkRestorer:
+    """Restores link records into a state folder's state, journal and vectors, one whole record at a time."""
+
+    def __init__(
+        self,
+        state: SqliteStateStore,
+        journal: Journal,
+        vectors: EdgeVectorStore | None,
+        retention: RetentionSettings,
+    ) -> None:
+        self._state, self._journal, self._vectors, self._retention = state, journal, vectors, retention
+
+    def taken_in(self, recorded: Recorded) -> bool:
+        """Whether this state took in the link of a document it has no verdict of (`restore`): its verdict has
+        expired by the state's clock and the journal holds a record of it that the state covers. Files come in
+        any order, so the clock alone cannot say: an older file's links are new to it."""
+        return self._state.verdict_expired(recorded.verdict_stamp) and (
+            self._journal.link(recorded.link.doc_id, self._state.journal_mark) is not None
+        )
+
+    def take(self, record: dict[str, Any], recorded: Recorded) -> bool:
+        """Restore one record (the state's clock moved to it first, as the cascade moves it); False when the state
+        holds it already."""
+        self._state.advance(clamped(recorded.published_at, time.time()))
+        if restore(recorded, self._state, self._vectors, self._retention, self.taken_in):
+            self._journal.put_link(record)
+            return True
+        if self._journal.link(recorded.link.doc_id) is None:
+            self._journal.put_link(record)
+        # Else the journal keeps what it has: a verdict sent again (a redelivery) lacks what a relink's record
+        # says of it (decided_by, previous), which relink reads.
+        return False
+
+
+def _past_mark(path: Path, marks: dict[Path, int]) -> list[bytes]:
+    """The lines of `path` past the state's mark (none noted: the state took in none of it) that end in a newline
+    (a last line torn by a kill is no record); none where the mark is past the file's end (not the file the state
+    noted: moved away, another in its place)."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        return []
+    with handle:
+        start = marks.get(path.resolve(), 0)
+        if start >= handle.seek(0, 2):
+            return []
+        handle.seek(start)
+        lines = handle.read().split(b"\n")
+    return [line for line in lines[:-1] if line.strip()]
+
+
+def take_in_outputs(
+    links: Path, candidates: Path, marks: dict[Path, int], restorer: LinkRestorer, journal: Journal
+) -> set[str]:
+    """Take in what a `dedup run` stopped past its state's last commit published: the link records of `links`
+    past the state's mark (all of them where the state noted none: it never took any in, as after a kill before
+    its first commit), and the candidate records of the documents restored. Their ids.
+
+    Decided again instead, a document gets this release's and these settings' verdict, which need not be the
+    one its line already says (another figure check, other stages): a second verdict for one document, or keys
+    the links never claimed, and a state that `dedup replay` of the links does not rebuild.
+    """
+    restored: set[str] = set()
+    for line in _past_mark(links, marks):
+        try:
+            record = orjson.loads(line)
+            recorded = read_link_record(record)
+        except LINK_ERRORS:
+            continue  # no link this release can restore: `dedup replay` skips it the same way
+        if restorer.take(record, recorded):
+            restored.add(recorded.link.doc_id)
+    for line in _past_mark(candidates, marks):
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("doc_id") in restored:
+            journal.put_candidate(record)
+    return restored
