@@ -48,14 +48,20 @@ Kill = tuple[str, int] | None
 
 
 def _run_in_chunks(
-    settings: Settings, source: str, paths: RunPaths, chunk: int, kill: tuple[str, int] | None
+    settings: Settings,
+    source: str,
+    paths: RunPaths,
+    chunk: int,
+    kill: tuple[str, int] | None,
+    held: int = embedded.HELD_BYTES,
 ) -> int | None:
-    """`dedup run` committing after every `chunk` documents, killed by SIGKILL at `kill`, in a child."""
-    return in_child(_run_child, settings, source, paths, chunk, kill)
+    """`dedup run` committing after every `chunk` documents, killed by SIGKILL at `kill`, in a child; its output
+    lines handed to the files once more than `held` bytes wait (1: after every document)."""
+    return in_child(_run_child, settings, source, paths, chunk, kill, held)
 
 
-def _run_child(settings: Settings, source: str, paths: RunPaths, chunk: int, kill: Kill) -> None:
-    embedded.CHUNK, embedded.COMMIT_SECONDS = chunk, 0.0
+def _run_child(settings: Settings, source: str, paths: RunPaths, chunk: int, kill: Kill, held: int) -> None:
+    embedded.CHUNK, embedded.COMMIT_SECONDS, embedded.HELD_BYTES = chunk, 0.0, held
     if kill is not None:
         _arm(*kill)
     run(settings, [source], paths)
@@ -147,6 +153,7 @@ def test_a_run_killed_anywhere_then_run_again_ends_as_a_run_never_killed(tmp_pat
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     chunk = rng.randint(1, 4)
+    held = 1 if seed % 2 else embedded.HELD_BYTES  # every document's lines handed over at once, or at commits
     clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
     assert _run_in_chunks(settings, str(source), clean, chunk, None) == 0
     killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
@@ -154,10 +161,10 @@ def test_a_run_killed_anywhere_then_run_again_ends_as_a_run_never_killed(tmp_pat
     for _ in range(rng.randint(1, 3)):
         where = rng.choice(KILLS)
         kills.append((where, rng.randint(1, len(records) if where.startswith("emit") else len(records) // chunk + 1)))
-        status = _run_in_chunks(settings, str(source), killed, chunk, kills[-1])
+        status = _run_in_chunks(settings, str(source), killed, chunk, kills[-1], held)
         assert status in (0, KILLED), (seed, status)
     assert _run_in_chunks(settings, str(source), killed, chunk, None) == 0
-    said = f"seed {seed}, chunks of {chunk}, kills {kills}: {shown}"
+    said = f"seed {seed}, chunks of {chunk}, lines held up to {held:,} bytes, kills {kills}: {shown}"
     assert _lines(killed.links) == _lines(clean.links), said
     assert _lines(killed.deduped) == _lines(clean.deduped), said
     assert _state(killed.state) == _state(clean.state), said
