@@ -83,6 +83,46 @@ def test_a_full_disk_is_not_reported_as_a_state_file_of_another_version(full_dis
     assert "this version can open" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("size", ["400k", "1m", "2m", "3m"])
+def test_a_disk_that_fills_mid_run_then_gets_space_ends_as_a_run_that_never_lacked_it(
+    tmp_path: Path, size: str
+) -> None:
+    """The disk of the outputs and the state fills while the run writes (up to 3 MiB for about 5 MiB of outputs,
+    so it fills in a write of an output, the journal or SQLite): one line that says so, names the file where
+    Python knows it (it said only "[Errno 28] No space left on device") and what to do,
+    exit code 2, and the state at its last commit. Given space (the tmpfs grown, as a user deletes files), the
+    same command completes the outputs: the lines of a run that never lacked space, each once, and its state."""
+    import subprocess as sp
+
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(a) + b"\n" for a in synthetic_articles(2000, seed=3)))
+    clean = tmp_path / "clean"
+    assert _run("run", str(source), "--out", str(clean), "--state", str(clean / "state"), *CHEAP).returncode == 0
+    with mounted_tmpfs(tmp_path / "small", size) as mount:
+        out, state = mount / "out", mount / "state"
+        full = _run("run", str(source), "--out", str(out), "--state", str(state), *CHEAP)
+        assert full.returncode == 2, full.stderr
+        assert len(full.stderr.strip().splitlines()) == 1 and "Traceback" not in full.stderr, full.stderr
+        assert "No space left on device" in full.stderr or "disk is full" in full.stderr, full.stderr
+        assert str(mount) in full.stderr or "SQLite" in full.stderr, full.stderr  # which file, where Python knows
+        assert "free space on that disk, then run the same command again" in full.stderr, full.stderr
+        sp.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+        again = _run("run", str(source), "--out", str(out), "--state", str(state), *CHEAP)
+        assert again.returncode == 0, again.stderr
+        for name in ("links.jsonl", "deduped.jsonl"):
+            lines = [{k: v for k, v in r.items() if k != "linked_at"} for r in _read(out / name)]
+            assert lines == [{k: v for k, v in r.items() if k != "linked_at"} for r in _read(clean / name)], name
+        assert _verdicts(state) == _verdicts(clean / "state")
+
+
+def _verdicts(state: Path) -> list[tuple[Any, ...]]:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(state / "state.sqlite3")) as db:
+        return sorted(db.execute("SELECT doc_id, verdict, canonical_id, stage, stamp FROM verdicts").fetchall())
+
+
 def test_ctrl_c_while_the_command_starts_is_no_traceback(tmp_path: Path) -> None:
     """Ctrl-C in the first second (the CLI imports numpy, numba, pydantic before any command runs) ended in a
     Python traceback of the import machinery and exit -SIGINT; it is now one line and code 130."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import sqlite3
 import sys
@@ -68,6 +69,10 @@ RESUMES = (
 """What Ctrl-C leaves of the commands that resume where they stopped (`dedup run`, `dedup replay`)."""
 
 
+FULL = "; free space on that disk, then run the same command again (dedup run and dedup replay resume where it stopped)"
+"""Said after a full disk's (or quota's) error."""
+
+
 def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Expected failures (bad paths, bad configuration, a busy state folder) end in one line, not a traceback."""
     return interrupted_says(RESUMES)(command)
@@ -92,9 +97,12 @@ def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R
             )
             err.print(tagged("error:", "bold red", f"invalid configuration: {problems}"), soft_wrap=True)
         except (OSError, ValueError, RuntimeError, OverflowError) as exc:
-            err.print(tagged("error:", "bold red", exc), soft_wrap=True)
+            full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            err.print(tagged("error:", "bold red", f"{exc}{FULL if full else ''}"), soft_wrap=True)
         except sqlite3.Error as exc:  # a state or journal file another program wrote, or half of one
-            err.print(tagged("error:", "bold red", f"a state folder's SQLite file cannot be used: {exc}"))
+            full = "disk is full" in str(exc)
+            said = f"a state folder's SQLite file cannot be used: {exc}{FULL if full else ''}"
+            err.print(tagged("error:", "bold red", said), soft_wrap=True)
         except Exception as exc:  # librdkafka's own (a DEDUP_KAFKA_CONFIG property it does not know): one line
             kafka = sys.modules.get("confluent_kafka")  # loaded only by the commands that use it
             if kafka is None or not isinstance(exc, kafka.KafkaException):

@@ -8,7 +8,7 @@ import os
 import sys
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -247,15 +247,27 @@ class JsonlOutput:
 
     def flush(self) -> None:
         """Hand every line written so far to the file (the page cache: a killed process loses none of it)."""
-        if self._held:
-            self._handle.write(self._held)
-            self._held.clear()
-        self._handle.flush()
+        with self._naming_the_file():
+            if self._held:
+                self._handle.write(self._held)
+                self._held.clear()
+            self._handle.flush()
 
     def sync(self) -> None:
         """Make every line written so far durable (before the state that remembers them is committed)."""
         self.flush()
-        os.fsync(self._handle.fileno())
+        with self._naming_the_file():
+            os.fsync(self._handle.fileno())
+
+    @contextmanager
+    def _naming_the_file(self) -> Iterator[None]:
+        """A write error says which file (a full disk says only "No space left on device")."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def close(self) -> None:
         self.sync()
