@@ -16,6 +16,7 @@ as a full buffer does.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import time
@@ -62,6 +63,16 @@ def _run_in_chunks(
 
 def _run_child(settings: Settings, source: str, paths: RunPaths, chunk: int, kill: Kill, held: int) -> None:
     embedded.CHUNK, embedded.COMMIT_SECONDS, embedded.HELD_BYTES = chunk, 0.0, held
+    if kill is not None:
+        _arm(*kill)
+    run(settings, [source], paths)
+
+
+def _resume_child(settings: Settings, source: str, paths: RunPaths, kill: Kill) -> None:
+    """`dedup run` whose start takes in the links past its state's mark, committing after every 2 links restored."""
+    from streams.runner import restoring
+
+    embedded.CHUNK, embedded.COMMIT_SECONDS, restoring.COMMIT_EVERY = 4, 0.0, 2
     if kill is not None:
         _arm(*kill)
     run(settings, [source], paths)
@@ -170,36 +181,93 @@ def test_a_run_killed_anywhere_then_run_again_ends_as_a_run_never_killed(tmp_pat
     assert _state(killed.state) == _state(clean.state), said
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_run_killed_while_it_takes_in_the_links_of_a_lost_state_ends_as_a_run_never_killed(
+    tmp_path: Path, seed: int
+) -> None:
+    """The state folder lost beside complete outputs (deleted, a disk replaced): the next run takes in every link
+    of links.jsonl, committing as it goes. Killed after a drawn commit of that (once to three times), then run
+    again: the outputs, state and journal of a run never killed."""
+    rng, _, records, shown = drawn(seed)
+    settings = Settings(**OPTIONS, group_cap=rng.choice([100, 2, 3]))
+    source, clean, lost = _run_then_lose_the_state(tmp_path, settings, records)
+    kills = [("state", rng.randint(1, len(records) // 2 + 1)) for _ in range(rng.randint(1, 3))]
+    for kill in kills:
+        assert in_child(_resume_child, settings, source, lost, kill) in (0, KILLED), (seed, kill)
+    assert in_child(_resume_child, settings, source, lost, None) == 0
+    said = f"seed {seed}, kills {kills}: {shown}"
+    assert _lines(lost.links) == _lines(clean.links), said
+    assert _lines(lost.deduped) == _lines(clean.deduped), said
+    assert _state(lost.state) == _state(clean.state), said
+
+
+def test_a_run_killed_while_it_takes_in_a_lost_states_links_keeps_their_candidate_records(tmp_path: Path) -> None:
+    """Every stage, the state folder lost beside complete outputs; the next run restores `a` and `b`, commits and
+    is killed. The run after it finds them restored: it must still give the journal their candidate records (what
+    relink reads to unlink an embedded duplicate), which it takes in after the links."""
+    settings, records = _three_embedded()
+    source, clean, lost = _run_then_lose_the_state(tmp_path, settings, records)
+    assert in_child(_resume_child, settings, source, lost, ("state", 1)) == KILLED
+    assert in_child(_resume_child, settings, source, lost, None) == 0
+    assert _candidates(lost.state) == _candidates(clean.state) == ["a", "b", "c"]
+    assert _state(lost.state) == _state(clean.state)
+
+
+def _run_then_lose_the_state(
+    tmp_path: Path, settings: Settings, records: list[dict[str, Any]]
+) -> tuple[str, RunPaths, RunPaths]:
+    """The input, a complete run of it (`clean`), and another (`lost`) whose state folder is then deleted."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
+    assert _run_in_chunks(settings, str(source), clean, 4, None) == 0
+    lost = RunPaths(tmp_path / "lost", tmp_path / "lost" / "state")
+    assert _run_in_chunks(settings, str(source), lost, 4, None) == 0
+    shutil.rmtree(lost.state)
+    return str(source), clean, lost
+
+
+def _three_embedded() -> tuple[Settings, list[dict[str, Any]]]:
+    """Every stage, and three articles that are each embedded (a candidate record each)."""
+    from tests.test_runs_across_time import TEXT_A, TEXT_B, TEXT_C
+
+    when = "2026-01-05T10:00:00Z"
+    records = [
+        {"id": name, "url": f"https://{name}.example.com/", "title": "t", "body": text, "published_at": when}
+        for name, text in (("a", TEXT_A), ("b", TEXT_B), ("c", TEXT_C))
+    ]
+    return Settings(), records
+
+
+def _embedded_three_then_killed(tmp_path: Path, chunk: int, kill: tuple[str, int]) -> tuple[RunPaths, RunPaths]:
+    """`_three_embedded` run once cleanly, and once killed at `kill` and then run again."""
+    settings, records = _three_embedded()
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
+    assert _run_in_chunks(settings, str(source), clean, chunk, None) == 0
+    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
+    assert _run_in_chunks(settings, str(source), killed, chunk, kill) == KILLED
+    assert _run_in_chunks(settings, str(source), killed, chunk, None) == 0
+    return clean, killed
+
+
+def _candidates(folder: Path) -> list[str]:
+    journal = Journal(folder)
+    try:
+        return [record["doc_id"] for record in journal.candidates()]
+    finally:
+        journal.close()
+
+
 def test_a_run_killed_between_its_state_and_its_journal_keeps_its_candidate_records(tmp_path: Path) -> None:
     """The state commits first and keeps the link records its journal takes next; the semantic stage's candidate
     records (what relink reads to unlink an embedded duplicate) must be kept too: killed right after the state's
     commit, the run run again decides nothing anew (the state took every document in), so nothing else would
     give the journal the candidate records of that commit."""
-    from tests.test_runs_across_time import TEXT_A, TEXT_B, TEXT_C
-
-    settings = Settings()  # every stage: each document the cascade does not link by stages 1 to 3 is searched with
-    records = [
-        {"id": name, "url": f"https://{name}.example.com/", "title": "t", "body": text}
-        for name, text in (("a", TEXT_A), ("b", TEXT_B), ("c", TEXT_C))
-    ]
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-    clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
-    assert _run_in_chunks(settings, str(source), clean, 1, None) == 0
-    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
-    status = _run_in_chunks(settings, str(source), killed, 1, ("state", 2))
-    assert status == KILLED, status
-    assert _run_in_chunks(settings, str(source), killed, 1, None) == 0
-
-    def candidates(folder: Path) -> list[str]:
-        journal = Journal(folder)
-        try:
-            return [record["doc_id"] for record in journal.candidates()]
-        finally:
-            journal.close()
-
-    assert candidates(clean.state) == ["a", "b", "c"]
-    assert candidates(killed.state) == candidates(clean.state)
+    clean, killed = _embedded_three_then_killed(tmp_path, 1, ("state", 2))
+    assert _candidates(clean.state) == ["a", "b", "c"]
+    assert _candidates(killed.state) == _candidates(clean.state)
 
 
 def test_a_run_killed_once_a_link_line_reached_its_file_keeps_the_article_and_candidate_records(
@@ -209,21 +277,7 @@ def test_a_run_killed_once_a_link_line_reached_its_file_keeps_the_article_and_ca
     documents no more, so nothing makes their candidate lines again: a link line must never reach links.jsonl
     before them. Killed right after `b`'s link line was written, and links.jsonl's buffer went to the file as a
     full one goes (a canonical's link, with its vector, is larger than the buffer), before its candidate line."""
-    from tests.test_runs_across_time import TEXT_A, TEXT_B, TEXT_C
-
-    settings = Settings()  # every stage: each canonical is embedded and has a candidate record
-    when = "2026-01-05T10:00:00Z"
-    records = [
-        {"id": name, "url": f"https://{name}.example.com/", "title": "t", "body": text, "published_at": when}
-        for name, text in (("a", TEXT_A), ("b", TEXT_B), ("c", TEXT_C))
-    ]
-    source = tmp_path / "in.jsonl"
-    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-    clean = RunPaths(tmp_path / "clean", tmp_path / "clean" / "state")
-    assert _run_in_chunks(settings, str(source), clean, 4, None) == 0
-    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
-    assert _run_in_chunks(settings, str(source), killed, 4, ("link-written", 2)) == KILLED
-    assert _run_in_chunks(settings, str(source), killed, 4, None) == 0
+    clean, killed = _embedded_three_then_killed(tmp_path, 4, ("link-written", 2))
     for name in ("links.jsonl", "deduped.jsonl", "candidates.jsonl"):
         assert [_without_floats(r) for r in _lines(killed.out / name)] == [
             _without_floats(r) for r in _lines(clean.out / name)

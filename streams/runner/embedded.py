@@ -290,13 +290,14 @@ def _take_in_published(
     """Restore, and commit, the link records a stopped run published past the state's last commit (ids of the
     documents restored): the documents are then repeated, with the verdicts their lines say, whatever this
     release or these settings would decide now (`streams.runner.restoring.take_in_outputs`)."""
-    restorer = LinkRestorer(state, journal, vectors, retention)
-    restored = take_in_outputs(paths.links, paths.candidates, state.output_marks(), restorer, journal)
-    if restored:
+
+    def commit() -> None:
         if vectors is not None:
             state.note_vector_shards(vectors.shard_names())
         commit_state_then_journal(state, journal)
-    return restored
+
+    restorer = LinkRestorer(state, journal, vectors, retention)
+    return take_in_outputs(paths.links, paths.candidates, state.output_marks(), restorer, journal, commit)
 
 
 def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:
@@ -412,7 +413,7 @@ def run(
     if restored:
         stats.notes.append(
             f"took in the verdicts of {len(restored):,} documents that a stopped run had written to {paths.links}"
-            " past the state's last commit"
+            " past the state's last commit: they keep those verdicts"
         )
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats

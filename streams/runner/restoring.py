@@ -3,7 +3,9 @@ and what `dedup run` does for the lines a kill left past its state's last commit
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,8 @@ from streams.stores.sqlite import SqliteStateStore
 if TYPE_CHECKING:
     from streams.vectors.edge import EdgeVectorStore
 
+COMMIT_EVERY = 10_000
+"""Links restored between two commits at most, as `dedup replay` commits (`streams.runner.replay.COMMIT_LINKS`)."""
 LINK_ERRORS = (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError)
 """What `orjson.loads` and `read_link_record` raise on a line that is no link record."""
 
@@ -61,48 +65,66 @@ class LinkRestorer:
         return False
 
 
-def _past_mark(path: Path, marks: dict[Path, int]) -> list[bytes]:
+def _past_mark(path: Path, marks: dict[Path, int]) -> Iterator[bytes]:
     """The lines of `path` past the state's mark (none noted: the state took in none of it) that end in a newline
-    (a last line torn by a kill is no record); none where the mark is past the file's end (not the file the state
-    noted: moved away, another in its place)."""
+    (a last line torn by a kill is no record), read one at a time (where the state was lost, that is the whole
+    file); none where the mark is past the file's end (not the file the state noted: moved away, another in its
+    place)."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
-        return []
+        return
     with handle:
         start = marks.get(path.resolve(), 0)
-        if start >= handle.seek(0, 2):
-            return []
+        if start >= handle.seek(0, os.SEEK_END):
+            return
         handle.seek(start)
-        lines = handle.read().split(b"\n")
-    return [line for line in lines[:-1] if line.strip()]
+        for line in handle:
+            if line.endswith(b"\n") and line.strip():
+                yield line
 
 
 def take_in_outputs(
-    links: Path, candidates: Path, marks: dict[Path, int], restorer: LinkRestorer, journal: Journal
+    links: Path,
+    candidates: Path,
+    marks: dict[Path, int],
+    restorer: LinkRestorer,
+    journal: Journal,
+    commit: Callable[[], None],
 ) -> set[str]:
     """Take in what a `dedup run` stopped past its state's last commit published: the link records of `links`
     past the state's mark (all of them where the state noted none: it never took any in, as after a kill before
-    its first commit), and the candidate records of the documents restored. Their ids.
+    its first commit), and the candidate records of those documents. Their ids.
 
     Decided again instead, a document gets this release's and these settings' verdict, which need not be the
     one its line already says (another figure check, other stages): a second verdict for one document, or keys
     the links never claimed, and a state that `dedup replay` of the links does not rebuild.
+
+    `commit` is called after every `COMMIT_EVERY` links restored and at the end, as `dedup replay` commits, so that
+    the journal's pending records stay bounded (a lost state's whole file can be millions of links). A kill in
+    between leaves the marks where they were: the next run reads the same lines again, restores the rest and
+    skips what is there, and still gives the journal the candidate records it lacks.
     """
-    restored: set[str] = set()
+    found: set[str] = set()
+    restored = 0
     for line in _past_mark(links, marks):
         try:
             record = orjson.loads(line)
             recorded = read_link_record(record)
         except LINK_ERRORS:
             continue  # no link this release can restore: `dedup replay` skips it the same way
+        found.add(recorded.link.doc_id)
         if restorer.take(record, recorded):
-            restored.add(recorded.link.doc_id)
+            restored += 1
+            if restored % COMMIT_EVERY == 0:
+                commit()
     for line in _past_mark(candidates, marks):
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("doc_id") in restored:
+        if isinstance(record, dict) and record.get("doc_id") in found and journal.candidate(record["doc_id"]) != record:
             journal.put_candidate(record)
-    return restored
+    if found:
+        commit()
+    return found
