@@ -287,9 +287,9 @@ def _take_in_published(
     vectors: EdgeVectorStore | None,
     retention: RetentionSettings,
 ) -> set[str]:
-    """Restore, and commit, the link records a stopped run published past the state's last commit (ids of the
-    documents restored): the documents are then repeated, with the verdicts their lines say, whatever this
-    release or these settings would decide now (`streams.runner.restoring.take_in_outputs`)."""
+    """Restore, and commit, the link records a stopped run published past the state's last commit (the ids of
+    their documents): the documents are then repeated, with the verdicts their lines say, whatever this release
+    or these settings would decide now (`streams.runner.restoring.take_in_outputs`)."""
 
     def commit() -> None:
         if vectors is not None:
@@ -373,7 +373,8 @@ def run(
         note_owner(paths, command)
         restored = set() if fresh else _take_in_published(paths, state, journal, vectors, settings.retention)
         marks = mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
-        # In the order they are flushed (`_Run._flush`): a document's candidate line, its link line, its article.
+        # In the order they are handed to the files (each commit, past HELD_BYTES, closing): a document's candidate
+        # line, its link line, its article.
         outputs = (
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
             JsonlOutput(paths.candidates, candidate_identity, fresh=fresh, committed=marks[2], held=True),
