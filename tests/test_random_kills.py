@@ -25,6 +25,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -211,6 +212,37 @@ def test_a_run_killed_while_it_takes_in_a_lost_states_links_keeps_their_candidat
     assert in_child(_resume_child, settings, source, lost, None) == 0
     assert _candidates(lost.state) == _candidates(clean.state) == ["a", "b", "c"]
     assert _state(lost.state) == _state(clean.state)
+
+
+def test_a_semantic_run_killed_then_resumed_without_the_semantic_stage_keeps_the_vectors_it_took_in(
+    tmp_path: Path,
+) -> None:
+    """Guard (passes): the run that resumes without the semantic stage opens no vector store, so it restores no
+    vector; the canonicals it takes in keep theirs because the killed run had written them to Qdrant Edge's log,
+    which a process kill does not lose (a power cut could). Every embedded canonical of links.jsonl is found in
+    the state folder's vectors, as in a state rebuilt by `dedup replay`."""
+    from streams.core.replay import model_named
+    from streams.records.article import parse_timestamp
+    from streams.runner.replay import replay_files
+    from streams.vectors.edge import EdgeVectorStore
+
+    settings, records = _three_embedded()
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    killed = RunPaths(tmp_path / "killed", tmp_path / "killed" / "state")
+    assert _run_in_chunks(settings, str(source), killed, 4, ("emit-flushed", 2)) == KILLED
+    assert _run_in_chunks(Settings(stages=OPTIONS["stages"]), str(source), killed, 4, None) == 0
+    replay_files([str(killed.links)], tmp_path / "rebuilt")
+    embedded_links = [r for r in map(orjson.loads, killed.links.read_bytes().splitlines()) if r.get("vector")]
+    assert [r["doc_id"] for r in embedded_links] == ["a", "b"]
+    for folder in (killed.state, tmp_path / "rebuilt"):
+        with EdgeVectorStore(folder / "vectors") as store:
+            for record in embedded_links:
+                vector = np.asarray(record["vector"], dtype=np.float32)
+                when = parse_timestamp(record["published_at"])
+                model = model_named(record["model"], len(vector))
+                found = store.nearest_between(model, vector, when, when, record["language"], True)
+                assert found is not None and found.doc_id == record["doc_id"], (folder, record["doc_id"])
 
 
 def _run_then_lose_the_state(
