@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,3 +56,24 @@ def test_progress_counts_documents_decided_and_bytes_for_an_estimate(tmp_path: P
     assert len(embedder.shown_at_calls) > 1 and embedder.shown_at_calls[0] == 0
     assert all(shown < CHUNK * 3 for shown in embedder.shown_at_calls)
     assert stats.read == len(lines)
+
+
+def test_taking_in_the_links_of_a_lost_state_shows_its_progress(tmp_path: Path) -> None:
+    """A state folder lost beside its outputs: the next run takes in the whole of links.jsonl before it decides
+    anything (minutes for millions of links), and says how far it is, by lines and bytes, where it said nothing."""
+    from streams.runner import restoring
+
+    source = tmp_path / "articles.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in synthetic_articles(2_500)))
+    paths = RunPaths(tmp_path / "out", tmp_path / "out" / "state")
+    cheap = Settings(stages=["url", "content", "simhash"])
+    run(cheap, [str(source)], paths)
+    links = paths.links.read_bytes().count(b"\n")
+    shutil.rmtree(paths.state)
+    heard: list[tuple[int, int, int]] = []
+    run(cheap, [str(source)], paths, on_taking_in=lambda *said: heard.append(said))
+    size = paths.links.stat().st_size
+    assert len(heard) == links // restoring.PROGRESS_LINES + 1, heard
+    assert heard[-1] == (links, size, size)
+    assert [done for _, done, _ in heard] == sorted(done for _, done, _ in heard)
+    assert all(total == size for _, _, total in heard)

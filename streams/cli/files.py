@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import TaskID
 
 from streams.cli.common import (
     PhaseProgress,
@@ -78,7 +79,15 @@ def run_command(
         def advance(documents: int, done: int) -> None:
             progress.update(task, completed=done, documents=documents)
 
-        stats = run(settings, inputs, paths, on_progress=advance, force=force)
+        taking: list[TaskID] = []
+
+        def taking_in(links: int, done: int, total: int) -> None:
+            """Links a stopped run left (a whole file where the state folder was lost), before any decision."""
+            if not taking:
+                taking.append(progress.add_task("taking in links.jsonl", total=total, documents=0))
+            progress.update(taking[0], completed=done, documents=links)
+
+        stats = run(settings, inputs, paths, on_progress=advance, force=force, on_taking_in=taking_in)
     for note in stats.notes:
         err.print(tagged("note:", "yellow", note), soft_wrap=True)
     if not quiet:

@@ -286,6 +286,7 @@ def _take_in_published(
     journal: Journal,
     vectors: EdgeVectorStore | None,
     retention: RetentionSettings,
+    on_bytes: Callable[[int, int, int], None] | None,
 ) -> set[str]:
     """Restore, and commit, the link records a stopped run published past the state's last commit (the ids of
     their documents): the documents are then repeated, with the verdicts their lines say, whatever this release
@@ -297,7 +298,8 @@ def _take_in_published(
         commit_state_then_journal(state, journal)
 
     restorer = LinkRestorer(state, journal, vectors, retention)
-    return take_in_outputs(paths.links, paths.candidates, state.output_marks(), restorer, journal, commit)
+    marks = state.output_marks()
+    return take_in_outputs(paths.links, paths.candidates, marks, restorer, journal, commit, on_bytes)
 
 
 def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:
@@ -335,11 +337,15 @@ def run(
     embedder: Embedder | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     force: bool = False,
+    on_taking_in: Callable[[int, int, int], None] | None = None,
 ) -> RunStats:
     """Decide every document of `sources`; add links, deduped, rejected and candidate records under `paths.out`.
 
     `on_progress` hears, after each line is decided or rejected, how many lines and how many
     input bytes are done. `force` starts over outputs that belong to another state folder.
+    `on_taking_in` hears how many lines and bytes of links.jsonl, of how many, the run has taken in before
+    it decides (the lines a stopped run left past the state's last commit; all of them where the
+    state folder was lost).
     """
     interrupts = Interrupts()
     with ExitStack() as held, interrupts.installed():
@@ -371,7 +377,9 @@ def run(
                 raise ValueError(problem)
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         note_owner(paths, command)
-        restored = set() if fresh else _take_in_published(paths, state, journal, vectors, settings.retention)
+        restored = (
+            set() if fresh else _take_in_published(paths, state, journal, vectors, settings.retention, on_taking_in)
+        )
         marks = mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
         # In the order they are handed to the files (each commit, past HELD_BYTES, closing): a document's candidate
         # line, its link line, its article.
@@ -413,8 +421,8 @@ def run(
     stats.notes += [f"cut a torn last line ({o.torn:,} bytes) of {o.path}" for o in outputs if o.torn]
     if restored:
         stats.notes.append(
-            f"took in the verdicts of {len(restored):,} documents that a stopped run had written to {paths.links}"
-            " past the state's last commit: they keep those verdicts"
+            f"took in the verdicts of {len(restored):,} documents in {paths.links} that the state folder lacked"
+            " (written past its last commit by a stopped run, or the state folder is new): they keep those verdicts"
         )
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats

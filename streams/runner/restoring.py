@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 COMMIT_EVERY = 10_000
 """Links restored between two commits at most, as `dedup replay` commits (`streams.runner.replay.COMMIT_LINKS`)."""
+PROGRESS_LINES = 1_000
+"""Links read between two reports of the progress of taking them in."""
 LINK_ERRORS = (orjson.JSONDecodeError, KeyError, ValueError, TypeError, AttributeError)
 """What `orjson.loads` and `read_link_record` raise on a line that is no link record."""
 
@@ -65,6 +67,16 @@ class LinkRestorer:
         return False
 
 
+def _past_mark_size(path: Path, marks: dict[Path, int]) -> int:
+    """Bytes of `path` past the state's mark (0: none, or not the file the state noted)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    start = marks.get(path.resolve(), 0)
+    return size - start if start < size else 0
+
+
 def _past_mark(path: Path, marks: dict[Path, int]) -> Iterator[bytes]:
     """The lines of `path` past the state's mark (none noted: the state took in none of it) that end in a newline
     (a last line torn by a kill is no record), read one at a time (where the state was lost, that is the whole
@@ -91,6 +103,7 @@ def take_in_outputs(
     restorer: LinkRestorer,
     journal: Journal,
     commit: Callable[[], None],
+    on_bytes: Callable[[int, int, int], None] | None = None,
 ) -> set[str]:
     """Take in what a `dedup run` stopped past its state's last commit published: the link records of `links`
     past the state's mark (all of them where the state noted none: it never took any in, as after a kill before
@@ -103,11 +116,17 @@ def take_in_outputs(
     `commit` is called after every `COMMIT_EVERY` links restored and at the end, as `dedup replay` commits, so that
     the journal's pending records stay bounded (a lost state's whole file can be millions of links). A kill in
     between leaves the marks where they were: the next run reads the same lines again, restores the rest and
-    skips what is there, and still gives the journal the candidate records it lacks.
+    skips what is there, and still gives the journal the candidate records it lacks. `on_bytes` hears how many
+    lines and bytes of those links are taken in, and of how many bytes, every `PROGRESS_LINES` lines and at the
+    end.
     """
     found: set[str] = set()
-    restored = 0
-    for line in _past_mark(links, marks):
+    restored = done = number = 0
+    total = _past_mark_size(links, marks)
+    for number, line in enumerate(_past_mark(links, marks), start=1):
+        done += len(line)
+        if on_bytes is not None and number % PROGRESS_LINES == 0:
+            on_bytes(number, done, total)
         try:
             record = orjson.loads(line)
             recorded = read_link_record(record)
@@ -127,4 +146,6 @@ def take_in_outputs(
             journal.put_candidate(record)
     if found:
         commit()
+    if on_bytes is not None and total:
+        on_bytes(number, total, total)
     return found
