@@ -299,7 +299,7 @@ def _take_in_published(
 
     restorer = LinkRestorer(state, journal, vectors, retention)
     marks = state.output_marks()
-    return take_in_outputs(paths.links, paths.candidates, marks, restorer, journal, commit, on_bytes)
+    return take_in_outputs(paths.links, paths.candidates, marks, restorer, commit, on_bytes)
 
 
 def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:

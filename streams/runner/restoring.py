@@ -3,7 +3,6 @@ and what `dedup run` does for the lines a kill left past its state's last commit
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -66,30 +65,35 @@ class LinkRestorer:
         # says of it (decided_by, previous), which relink reads.
         return False
 
+    def take_candidate(self, record: dict[str, Any]) -> None:
+        """Give the journal the candidate record of a document whose link was taken in, unless it holds it."""
+        if self._journal.candidate(record["doc_id"]) != record:
+            self._journal.put_candidate(record)
 
-def _past_mark_size(path: Path, marks: dict[Path, int]) -> int:
-    """Bytes of `path` past the state's mark (0: none, or not the file the state noted)."""
+
+def _span(path: Path, marks: dict[Path, int]) -> tuple[int, int]:
+    """Where the bytes of `path` past the state's mark begin and end: empty where the file is missing, or the mark
+    is past its end (not the file the state noted: moved away, another in its place). No mark noted means the
+    state took in none of the file."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        return 0
+        return 0, 0
     start = marks.get(path.resolve(), 0)
-    return size - start if start < size else 0
+    return (start, size) if start < size else (0, 0)
 
 
-def _past_mark(path: Path, marks: dict[Path, int]) -> Iterator[bytes]:
-    """The lines of `path` past the state's mark (none noted: the state took in none of it) that end in a newline
-    (a last line torn by a kill is no record), read one at a time (where the state was lost, that is the whole
-    file); none where the mark is past the file's end (not the file the state noted: moved away, another in its
-    place)."""
+def _past_mark(path: Path, span: tuple[int, int]) -> Iterator[bytes]:
+    """The lines of `path` in its `span` (`_span`) that end in a newline (a last line torn by a kill is no record),
+    read one at a time (where the state was lost, that is the whole file)."""
+    start, end = span
+    if start >= end:
+        return
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with handle:
-        start = marks.get(path.resolve(), 0)
-        if start >= handle.seek(0, os.SEEK_END):
-            return
         handle.seek(start)
         for line in handle:
             if line.endswith(b"\n") and line.strip():
@@ -101,7 +105,6 @@ def take_in_outputs(
     candidates: Path,
     marks: dict[Path, int],
     restorer: LinkRestorer,
-    journal: Journal,
     commit: Callable[[], None],
     on_bytes: Callable[[int, int, int], None] | None = None,
 ) -> set[str]:
@@ -122,8 +125,9 @@ def take_in_outputs(
     """
     found: set[str] = set()
     restored = done = number = 0
-    total = _past_mark_size(links, marks)
-    for number, line in enumerate(_past_mark(links, marks), start=1):
+    span = _span(links, marks)
+    total = span[1] - span[0]
+    for number, line in enumerate(_past_mark(links, span), start=1):
         done += len(line)
         if on_bytes is not None and number % PROGRESS_LINES == 0:
             on_bytes(number, done, total)
@@ -137,13 +141,13 @@ def take_in_outputs(
             restored += 1
             if restored % COMMIT_EVERY == 0:
                 commit()
-    for line in _past_mark(candidates, marks):
+    for line in _past_mark(candidates, _span(candidates, marks)):
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("doc_id") in found and journal.candidate(record["doc_id"]) != record:
-            journal.put_candidate(record)
+        if isinstance(record, dict) and record.get("doc_id") in found:
+            restorer.take_candidate(record)
     if found:
         commit()
     if on_bytes is not None and total:
