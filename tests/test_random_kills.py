@@ -202,6 +202,31 @@ def test_a_run_killed_while_it_takes_in_the_links_of_a_lost_state_ends_as_a_run_
     assert _state(lost.state) == _state(clean.state), said
 
 
+@pytest.mark.parametrize("where", ["a byte-order mark", "a line in the middle"])
+def test_a_lost_states_links_with_a_line_that_is_no_record_are_taken_in_in_their_order_once_it_is_fixed(
+    tmp_path: Path, where: str
+) -> None:
+    """links.jsonl saved by an editor that put a byte-order mark before it, or with a line damaged in the middle,
+    and the state folder lost. The run refuses the file (`JsonlOutput`: "fix or delete that line"), and must do so
+    before it takes in any line past that one: the user fixes the line, runs again, and the fixed line's link is
+    restored after those that followed it (its verdict stamped with a later clock, its keys with a later date), a
+    state `dedup replay` of the same file does not rebuild."""
+    _, _, records, shown = drawn(3)
+    settings = Settings(**OPTIONS, group_cap=100)
+    source, clean, lost = _run_then_lose_the_state(tmp_path, settings, records)
+    links = lost.links.read_bytes()
+    lines = links.splitlines(keepends=True)
+    at = 0 if where == "a byte-order mark" else len(lines) // 2
+    damaged = b"\xef\xbb\xbf" + lines[at] if at == 0 else lines[at][: len(lines[at]) // 2] + b"\n"
+    lost.links.write_bytes(b"".join([*lines[:at], damaged, *lines[at + 1 :]]))
+    assert in_child(_resume_child, settings, source, lost, None) != 0
+    assert lost.links.read_bytes().count(b"\n") == links.count(b"\n")
+    lost.links.write_bytes(links)  # the line fixed, as the message asks
+    assert in_child(_resume_child, settings, source, lost, None) == 0
+    assert _lines(lost.links) == _lines(clean.links), shown
+    assert _state(lost.state) == _state(clean.state), shown
+
+
 def test_a_run_killed_while_it_takes_in_a_lost_states_links_keeps_their_candidate_records(tmp_path: Path) -> None:
     """Every stage, the state folder lost beside complete outputs; the next run restores `a` and `b`, commits and
     is killed. The run after it finds them restored: it must still give the journal their candidate records (what

@@ -129,6 +129,14 @@ def _split(stream: IO[bytes], limit: int | None, position_of: IO[bytes] | None) 
         position = now
 
 
+def not_continued(path: Path, line_no: int) -> ValueError:
+    """Why an output whose line `line_no` is no JSON object cannot be continued (appended to, or taken in)."""
+    return ValueError(
+        f"{path}:{line_no} is not a JSON object, so this file cannot be continued: fix or delete that line, or"
+        " move the file away (--force starts over only another state's outputs)"
+    )
+
+
 def _digest(identity: object) -> bytes:
     return hashlib.blake2b(orjson.dumps(identity), digest_size=16).digest()
 
@@ -192,10 +200,7 @@ class JsonlOutput:
                 except orjson.JSONDecodeError:
                     record = None
                 if not isinstance(record, dict):
-                    raise ValueError(
-                        f"{self.path}:{line_no} is not a JSON object, so this file cannot be continued: fix or"
-                        " delete that line, or move the file away (--force starts over only another state's outputs)"
-                    )
+                    raise not_continued(self.path, line_no)
                 self._seen.add(self._key(record))
                 if self._occurrence is not None and whole >= committed:
                     self._occurred.add(_digest(self._occurrence(record)))

@@ -14,6 +14,7 @@ from streams.config import RetentionSettings
 from streams.core.model import clamped
 from streams.core.replay import Recorded, restore
 from streams.records.output import read_link_record
+from streams.runner.jsonl import not_continued
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 
@@ -96,8 +97,21 @@ def _past_mark(path: Path, span: tuple[int, int]) -> Iterator[bytes]:
     with handle:
         handle.seek(start)
         for line in handle:
-            if line.endswith(b"\n") and line.strip():
+            if line.endswith(b"\n"):
                 yield line
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """The 1-based number of the line of `path` that starts at byte `offset`."""
+    lines = 1
+    with open(path, "rb") as handle:
+        while offset > 0:
+            chunk = handle.read(min(offset, 1 << 20))
+            if not chunk:
+                break
+            lines += chunk.count(b"\n")
+            offset -= len(chunk)
+    return lines
 
 
 def take_in_outputs(
@@ -122,17 +136,30 @@ def take_in_outputs(
     skips what is there, and still gives the journal the candidate records it lacks. `on_bytes` hears how many
     lines and bytes of those links are taken in, and of how many bytes, every `PROGRESS_LINES` lines and at the
     end.
+
+    A line that is no JSON object stops it with `JsonlOutput`'s refusal of the file (fix or delete that line), after
+    it has committed what came before that line and before it takes in anything after it: fixed, the line is taken
+    in in its place, as `dedup replay` would restore it.
     """
     found: set[str] = set()
     restored = done = number = 0
     span = _span(links, marks)
     total = span[1] - span[0]
     for number, line in enumerate(_past_mark(links, span), start=1):
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            # The file cannot be continued (`JsonlOutput` refuses it): stop before any line past this one is
+            # taken in, or the line, once fixed, would be restored after them (its verdict and keys stamped later).
+            if found:
+                commit()
+            raise not_continued(links, _line_number(links, span[0] + done))
         done += len(line)
         if on_bytes is not None and number % PROGRESS_LINES == 0:
             on_bytes(number, done, total)
         try:
-            record = orjson.loads(line)
             recorded = read_link_record(record)
         except LINK_ERRORS:
             continue  # no link this release can restore: `dedup replay` skips it the same way
