@@ -117,6 +117,18 @@ def _arm(where: str, after: int) -> None:
             return result
 
         embedded.JsonlOutput.write = link_written  # type: ignore[method-assign]
+    elif where == "links-handed":  # links.jsonl's lines of a hand-over gone to the file, deduped.jsonl's not yet
+        flush = embedded.JsonlOutput.flush
+
+        def links_handed(output: Any) -> None:
+            handed = output.held
+            flush(output)
+            if output.path.name == "links.jsonl" and handed:
+                calls[0] += 1
+                if calls[0] == after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        embedded.JsonlOutput.flush = links_handed  # type: ignore[method-assign]
     elif where.startswith("emit"):
         flush = (lambda run: [output.flush() for output in run._outputs]) if where == "emit-flushed" else None
         embedded._Run._emit = counted(embedded._Run._emit, flush)  # type: ignore[method-assign]

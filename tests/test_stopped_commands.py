@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 
 from streams.config import Settings
+from streams.core.model import Stage
 from streams.core.relink import Label
 from streams.runner.embedded import RunPaths, run
 from streams.runner.relink import relink_files
 from streams.runner.replay import replay_files
 from tests.children import KILLED, in_child
-from tests.test_random_kills import _assert_same, _environment, _relink_child, _run_in_chunks
+from tests.test_random_kills import _assert_same, _environment, _lines, _relink_child, _run_in_chunks
 from tests.test_random_replays import _settings
 from tests.test_runs_across_time import TEXT_A, TEXT_B, TEXT_C, _article, _write
 
@@ -150,3 +151,43 @@ def _links(path: Path) -> list[dict[str, Any]]:
     import orjson
 
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def test_articles_a_kill_kept_from_deduped_jsonl_are_owed_until_a_run_reads_their_documents(tmp_path: Path) -> None:
+    """A daily job writes the day's articles to one file and runs one command on it. Day 2 is killed once its links
+    reached links.jsonl and before its articles reached deduped.jsonl. Day 3, the same command on that day's
+    articles, takes in day 2's links, so c is a canonical whose article deduped.jsonl lacks, and it never reads c:
+    the article must not be lost without a word. Every run says which articles it owes (and the command exits 1)
+    until one reads their documents and writes them."""
+    from typer.testing import CliRunner
+
+    from streams.cli import app
+
+    settings = Settings(stages=[Stage.URL, Stage.CONTENT, Stage.SIMHASH])
+    today = tmp_path / "today.jsonl"
+    paths = _paths(tmp_path / "out")
+    day2 = [
+        _article("c", "https://c.example.com/1", TEXT_C, T0 + DAY),
+        _article("b", "https://b.example.com/1", TEXT_A, T0 + DAY),
+    ]
+    _write(
+        today,
+        [_article("a", "https://a.example.com/1", TEXT_A, T0), _article("x", "https://x.example.com/1", TEXT_B, T0)],
+    )
+    assert run(settings, [str(today)], paths).owed == []
+    _write(today, day2)
+    assert _run_in_chunks(settings, str(today), paths, 10, ("links-handed", 1)) == KILLED
+    assert [line["doc_id"] for line in _lines(paths.links)] == ["a", "x", "c", "b"]
+    assert [article["id"] for article in _lines(paths.deduped)] == ["a", "x"]
+    _write(today, [_article("y", "https://y.example.com/1", TEXT_B, T0 + 2 * DAY)])
+    assert run(settings, [str(today)], paths).owed == ["c"]
+    said = CliRunner().invoke(
+        app, ["run", str(today), "--out", str(paths.out), "--stages", "url,content,simhash", "-q"]
+    )
+    assert said.exit_code == 1 and "deduped.jsonl lacks the articles of 1 canonical" in said.output, said.output
+    assert "c" in said.output.split("canonical", 1)[1]
+    _write(tmp_path / "day2.jsonl", day2)  # day 2's file again
+    stats = run(settings, [str(tmp_path / "day2.jsonl")], paths)
+    assert stats.owed == []
+    assert [article["id"] for article in _lines(paths.deduped)] == ["a", "x", "c"]
+    assert [line["doc_id"] for line in _lines(paths.links)] == ["a", "x", "c", "b", "y"]

@@ -89,6 +89,8 @@ def _one_line_errors(command: Callable[P, R], interrupted: str) -> Callable[P, R
         try:
             with raising():
                 return command(*args, **kwargs)
+        except typer.Exit:  # a command's own exit status (a RuntimeError to click)
+            raise
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'settings'}: "

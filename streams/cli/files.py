@@ -58,7 +58,7 @@ def run_command(
     Running the same command again continues: after Ctrl-C or a crash the outputs are completed,
     and a later run into the same --out (with the same state) adds to them.
     """
-    from streams.runner.embedded import RunPaths, run
+    from streams.runner.embedded import RunPaths, owed_articles, run
     from streams.runner.jsonl import input_size
 
     if config is not None:
@@ -93,6 +93,9 @@ def run_command(
     if not quiet:
         err.print(stats.table())
         err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}, {paths.candidates}", highlight=False)
+    if stats.owed:
+        err.print(tagged("error:", "red", owed_articles(paths.deduped, stats.owed)), soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command("replay")

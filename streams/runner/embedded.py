@@ -16,7 +16,8 @@ already has (it also cuts a line torn by the kill). A document's lines reach
 their files in one order (held, then handed over in order): its candidate line,
 its link line, its article. So a link taken in never lacks its candidate record,
 no article is published without its verdict, and a restored canonical whose
-article the kill caught is written when the run reads it again. Emitting from
+article the kill caught is written when a run reads it again (until then the
+state notes it as owed, and every run names it: `owed_articles`). Emitting from
 the state on resume instead would need every output line (the article, its
 vector) kept in the state; ordering the writes needs nothing kept twice.
 Until it has, another command on the state is refused (`refuse_a_stopped_command`):
@@ -286,26 +287,55 @@ def _take_in_published(
     journal: Journal,
     vectors: EdgeVectorStore | None,
     retention: RetentionSettings,
+    owed: dict[str, str],
+    deduped: JsonlOutput,
     on_bytes: Callable[[int, int, int], None] | None,
 ) -> set[str]:
     """Restore, and commit, the link records a stopped run published past the state's last commit (the ids of
     their documents): the documents are then repeated, with the verdicts their lines say, whatever this release
-    or these settings would decide now (`streams.runner.restoring.take_in_outputs`)."""
+    or these settings would decide now (`streams.runner.restoring.take_in_outputs`). The canonicals among them
+    whose article `deduped` lacks are added to `owed`, and those it has are taken out of it."""
+
+    def has_article(doc_id: str, content: str) -> bool:
+        return deduped.holds(deduped_identity({"id": doc_id, "features": {"content_hash": content}}))
 
     def commit() -> None:
         if vectors is not None:
             state.note_vector_shards(vectors.shard_names())
+        state.note_owed_articles(owed)
         commit_state_then_journal(state, journal)
 
+    for doc_id, content in list(owed.items()):
+        if has_article(doc_id, content):  # written, and a kill came before the state's commit
+            del owed[doc_id]
     restorer = LinkRestorer(state, journal, vectors, retention)
     marks = state.output_marks()
-    return take_in_outputs(paths.links, paths.candidates, marks, restorer, commit, on_bytes)
+    return take_in_outputs(paths.links, paths.candidates, marks, restorer, commit, owed, has_article, on_bytes)
 
 
-def note_outputs(state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool) -> None:
-    """Note with the state's next commit how much of each output it has taken in (`JsonlOutput.committed`)."""
+SHOWN_OWED = 10
+"""Ids of owed articles a message names."""
+
+
+def owed_articles(deduped: Path, owed: Sequence[str]) -> str:
+    """What a run says while deduped.jsonl owes articles (`_Run._owed`), and what to do."""
+    shown = orjson.dumps(list(owed[:SHOWN_OWED])).decode() + (" and more" if len(owed) > SHOWN_OWED else "")
+    return (
+        f"{deduped} lacks the articles of {len(owed):,} canonical{'s' if len(owed) != 1 else ''} that links.jsonl"
+        f" publishes, {shown}: a run was stopped after their links were written and before their articles were."
+        " Run dedup run into this folder on an input that holds them (the stopped run's): it writes them. Until"
+        " one does, every run says so"
+    )
+
+
+def note_outputs(
+    state: SqliteStateStore, outputs: Sequence[JsonlOutput], completed: bool, owed: dict[str, str]
+) -> None:
+    """Note with the state's next commit how much of each output it has taken in (`JsonlOutput.committed`), and
+    the articles deduped.jsonl still owes."""
     for output in outputs:
         state.note_output(output.path, output.committed(completed))
+    state.note_owed_articles(owed)
 
 
 def _last_command(out: Path) -> tuple[str | None, Command | None]:
@@ -377,10 +407,8 @@ def run(
                 raise ValueError(problem)
         cascade = Cascade(settings, state, vectors, embedder.model_id if embedder else None)
         note_owner(paths, command)
-        restored = (
-            set() if fresh else _take_in_published(paths, state, journal, vectors, settings.retention, on_taking_in)
-        )
-        marks = mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
+        noted = state.output_marks()
+        marks = [0 if fresh else noted.get(p.resolve(), 0) for p in (paths.links, paths.deduped, paths.candidates)]
         # In the order they are handed to the files (each commit, past HELD_BYTES, closing): a document's candidate
         # line, its link line, its article.
         outputs = (
@@ -391,12 +419,17 @@ def run(
             ),
             JsonlOutput(paths.deduped, deduped_identity, fresh=fresh, committed=marks[1], held=True),
         )
+        owed = {} if fresh else state.owed_articles()
+        restored = (
+            set()
+            if fresh
+            else _take_in_published(paths, state, journal, vectors, settings.retention, owed, outputs[3], on_taking_in)
+        )
+        mark_outputs(state, (paths.links, paths.deduped, paths.candidates), fresh)
         held.enter_context(rare_collections())  # what is loaded now (state, model) is frozen out of them
         consistent = completed = False
         try:
-            work = _Run(
-                settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress, restored
-            )
+            work = _Run(settings, cascade, (state, journal, vectors), embedder, outputs, interrupts, on_progress, owed)
             stats = work.run(read_lines(sources, settings.max_record_bytes))
             consistent = completed = True
         except KeyboardInterrupt:
@@ -407,7 +440,7 @@ def run(
             raise failed.__cause__ from None
         finally:
             with interrupts:
-                note_outputs(state, (outputs[2], outputs[3], outputs[1]), completed)
+                note_outputs(state, (outputs[2], outputs[3], outputs[1]), completed, owed)
                 for output in outputs:
                     output.close()
                 if consistent:
@@ -424,6 +457,7 @@ def run(
             f"took in the verdicts of {len(restored):,} documents in {paths.links} that the state folder lacked"
             " (written past its last commit by a stopped run, or the state folder is new): they keep those verdicts"
         )
+    stats.owed = sorted(owed)
     paths.summary.write_bytes(orjson.dumps(stats.as_dict(), option=orjson.OPT_INDENT_2))
     return stats
 
@@ -460,7 +494,7 @@ class _Run:
         outputs: tuple[JsonlOutput, JsonlOutput, JsonlOutput, JsonlOutput],
         interrupts: Interrupts,
         on_progress: Callable[[int, int], None] | None,
-        restored: set[str],
+        owed: dict[str, str],
     ) -> None:
         self._settings = settings
         self._cascade = cascade
@@ -468,9 +502,9 @@ class _Run:
         self._embedder = embedder
         self._outputs = outputs
         self._rejected, self._candidates, self._links, self._deduped = outputs
-        self._restored = restored
-        """Documents whose published link records the run took in (`_take_in_published`): their articles are
-        written where deduped.jsonl lacks them (a kill between a link line and its article's)."""
+        self._owed = owed
+        """Canonicals whose article deduped.jsonl lacks (`_take_in_published`: a kill between a link line and its
+        article's): written when the run reads them."""
         self._interrupts = interrupts
         self._on_progress = on_progress
         self._done_lines = self._done_bytes = 0
@@ -596,8 +630,9 @@ class _Run:
                 self._journal.put_candidate(candidate)
         if decision.group_size is not None:
             self.stats.see_group(link.canonical_id, decision.group_size)
-        if link.publishes and (not decision.repeated or link.doc_id in self._restored):
+        if link.publishes and (not decision.repeated or self._owed.get(link.doc_id) == doc.content_hash):
             self._deduped.write(deduped_record(link, doc))
+            self._owed.pop(link.doc_id, None)
         if sum(output.held for output in self._outputs) > HELD_BYTES:
             for output in self._outputs:
                 output.flush()
@@ -626,7 +661,7 @@ class _Run:
         with self._interrupts:
             for output in self._outputs:
                 output.sync()
-            note_outputs(self._state, (self._links, self._deduped, self._candidates), completed)
+            note_outputs(self._state, (self._links, self._deduped, self._candidates), completed, self._owed)
             if self._vector_store is not None:
                 self._state.note_vector_shards(self._vector_store.shard_names())
             commit_state_then_journal(self._state, self._journal)

@@ -215,6 +215,10 @@ class JsonlOutput:
     def _key(self, record: dict[str, Any]) -> bytes:
         return _digest(self._identity(record))
 
+    def holds(self, identity: object) -> bool:
+        """Whether the file has a record of this identity (what `identity` gives for it)."""
+        return _digest(identity) in self._seen
+
     def write(self, record: dict[str, Any], again: Callable[[], bool] | None = None) -> bool:
         """Append the record unless the file has it already; True when written. A record the same as one
         there is written where `again` (asked only then) says it is another occurrence of it, unless this

@@ -120,6 +120,8 @@ def take_in_outputs(
     marks: dict[Path, int],
     restorer: LinkRestorer,
     commit: Callable[[], None],
+    owed: dict[str, str],
+    has_article: Callable[[str, str], bool],
     on_bytes: Callable[[int, int, int], None] | None = None,
 ) -> set[str]:
     """Take in what a `dedup run` stopped past its state's last commit published: the link records of `links`
@@ -136,6 +138,10 @@ def take_in_outputs(
     skips what is there, and still gives the journal the candidate records it lacks. `on_bytes` hears how many
     lines and bytes of those links are taken in, and of how many bytes, every `PROGRESS_LINES` lines and at the
     end.
+
+    A document that the last of its lines publishes (a canonical) whose article `has_article` does not find is put
+    in `owed` (id: content hash): a kill came between the links' hand-over to their file and the articles'. The run
+    writes it when it reads the document; until one does, it is owed, not lost (the state notes it).
 
     A line that is no JSON object stops it with `JsonlOutput`'s refusal of the file (fix or delete that line), after
     it has committed what came before that line and before it takes in anything after it: fixed, the line is taken
@@ -163,7 +169,13 @@ def take_in_outputs(
             recorded = read_link_record(record)
         except LINK_ERRORS:
             continue  # no link this release can restore: `dedup replay` skips it the same way
-        found.add(recorded.link.doc_id)
+        doc_id = recorded.link.doc_id
+        found.add(doc_id)
+        content = record.get("content_hash")
+        if recorded.link.publishes and isinstance(content, str) and not has_article(doc_id, content):
+            owed[doc_id] = content
+        else:
+            owed.pop(doc_id, None)
         if restorer.take(record, recorded):
             restored += 1
             if restored % COMMIT_EVERY == 0:

@@ -32,6 +32,9 @@ class RunStats:
     """Documents whose verdict the outputs had already: a run resumed after Ctrl-C or a crash."""
     notes: list[str] = field(default_factory=list)
     """What the run repaired or skipped on the way, for the person who ran it."""
+    owed: list[str] = field(default_factory=list)
+    """Canonicals whose article deduped.jsonl still lacks (a kill between the links and the articles, and no run
+    has read their documents since)."""
     expired: int = 0
     """State entries and vectors the sweep removed: past their retention (README, "Retention")."""
 
@@ -58,6 +61,7 @@ class RunStats:
             "repeated": self.repeated,
             "already_written": self.already_written,
             "expired": self.expired,
+            "owed_articles": self.owed,
             "verdicts": dict(self.verdicts),
             "linked_by_stage": dict(self.linked_by_stage),
             "score_quantiles": {

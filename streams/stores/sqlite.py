@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS journal_owed_candidates (position INTEGER PRIMARY KEY
 _OWED_LINKS, _OWED_CANDIDATES = "journal_owed", "journal_owed_candidates"
 _OUTPUT = "output:"
 """The `meta` rows of output marks (`note_output`), named by the file's resolved path."""
+_OWED = "owed article:"
+"""The `meta` rows of articles owed to deduped.jsonl (`note_owed_articles`), named by `[doc_id, content_hash]`."""
 _BEFORE_LAYOUTS = FOUR_BY_16.name
 """The band layout of a state folder made before layouts were recorded (`made_with` has no `bands`)."""
 
@@ -366,6 +368,19 @@ class SqliteStateStore:
         the marks) counts as 0."""
         rows = self._db.execute("SELECT name, value FROM meta WHERE name LIKE ?", (_OUTPUT + "%",)).fetchall()
         return {Path(name.removeprefix(_OUTPUT)): int(value) for name, value in rows}
+
+    def owed_articles(self) -> dict[str, str]:
+        """The canonicals (id: content hash) whose article deduped.jsonl lacked at the last commit
+        (`streams.runner.embedded`: a kill between a run's links and its articles)."""
+        rows = self._db.execute("SELECT name FROM meta WHERE name LIKE ?", (_OWED + "%",)).fetchall()
+        return dict(orjson.loads(name.removeprefix(_OWED)) for (name,) in rows)
+
+    def note_owed_articles(self, owed: dict[str, str]) -> None:
+        """These articles are owed now, and no others (kept with the next commit)."""
+        self._db.execute("DELETE FROM meta WHERE name LIKE ?", (_OWED + "%",))
+        self._db.executemany(
+            "INSERT INTO meta VALUES (?, 0)", [(_OWED + orjson.dumps(item).decode(),) for item in owed.items()]
+        )
 
     def vector_shards(self) -> set[str]:
         """The vector shards (one folder per model, `model_dir_name`) this state's canonicals have vectors in."""
