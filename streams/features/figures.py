@@ -28,9 +28,10 @@ states its result; facts.py reads twice as many, and on the pairs of benchmarks/
 them the first two distinct years
 (exact, 8 bits each), the first two distinct scores (9-bit hashes) and the first three
 distinct other figures (10-bit hashes): 64 bits. Two digests conflict when a kind is stated
-in both and the two share none of it (`facts.Rule.DISJOINT`, the semantic stage's rule): an
-appended update or a fixed typo keeps the figures of the lead, a template filled in again
-changes them all. A digest of 0 states nothing and conflicts with nothing, and so does a
+in both and the two share none of it (`facts.Rule.DISJOINT`, the semantic stage's rule), or
+share some while each states two the other does not (`AT_ODDS`): an appended update or a fixed
+typo keeps the figures of the lead, a template filled in again changes them all but those it
+repeats every time (`in 24 hours`, `till 8am`). A digest of 0 states nothing and conflicts with nothing, and so does a
 canonical recorded without one (before this check, or by a version that did not write it).
 Two different figures share a hash with odds of 1 in 1,023 a pair (scores 1 in 511), so two
 templated reports with three other figures each and nothing else are still taken for one
@@ -51,6 +52,10 @@ MAX_CHARS = 2000
 YEAR_SLOTS = 2
 SCORE_SLOTS = 2
 NUMBER_SLOTS = 3
+AT_ODDS = 2
+"""Figures of a kind that each text states and the other does not, beside some they share, that make two texts
+conflict: a template's fixed figure (`in 24 hours`) beside others that all changed is another report, one figure
+corrected is the same (with 2 or 3 slots a kind, this takes effect only for three figures each)."""
 _YEAR_BITS = 8
 _SCORE_BITS = 9
 _NUMBER_BITS = 10
@@ -275,8 +280,9 @@ def _years(slots: set[int]) -> str:
 
 
 def figures_conflict(a: int, b: int) -> str | None:
-    """How two digests conflict (each kind of figure both state and share none of), or None: e.g. `"years 2026
-    vs 2025; scores: none of the first 2 in common"` (scores and other figures are kept as hashes)."""
+    """How two digests conflict (each kind of figure both state and share none of, or share some of while each
+    states `AT_ODDS` the other does not), or None: e.g. `"years 2026 vs 2025; scores: none of the first 2 in
+    common"`, `"other figures: only 1 of the first 3 in common"` (scores and other figures are kept as hashes)."""
     reasons = []
     for kind, at, bits, count in (
         ("years", 0, _YEAR_BITS, YEAR_SLOTS),
@@ -284,12 +290,15 @@ def figures_conflict(a: int, b: int) -> str | None:
         ("other figures", _NUMBERS_AT, _NUMBER_BITS, NUMBER_SLOTS),
     ):
         x, y = _slots(a, at, bits, count), _slots(b, at, bits, count)
-        if not x or not y or not x.isdisjoint(y):
+        shared = len(x & y)
+        if not x or not y or (shared and (len(x) - shared < AT_ODDS or len(y) - shared < AT_ODDS)):
             continue
         if kind == "years":
             reasons.append(f"years {_years(x)} vs {_years(y)}")
         else:
-            reasons.append(f"{kind}: none of the first {max(len(x), len(y))} in common")
+            reasons.append(
+                f"{kind}: {'none' if not shared else f'only {shared}'} of the first {max(len(x), len(y))} in common"
+            )
     return "; ".join(reasons) or None
 
 
