@@ -29,6 +29,7 @@ from rich.progress import (
 from rich.text import Text
 
 from streams.core.model import Stage
+from streams.reporting.inert import inert
 from streams.runner.interrupts import Terminated, raising
 
 app = typer.Typer(
@@ -46,8 +47,8 @@ out_console = Console(markup=False, emoji=False)
 
 
 def tagged(label: str, style: str, text: object) -> Text:
-    """One message: `label` in `style`, then `text` as it is."""
-    return Text.assemble((label, style), " ", str(text))
+    """One message: `label` in `style`, then `text` made inert (an id or a reason may quote the crawl)."""
+    return Text.assemble((label, style), " ", inert(str(text)))
 
 
 # The options of the commands that change verdicts (`relink`, `review`), for files or for the service.

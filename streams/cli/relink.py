@@ -13,6 +13,7 @@ from streams.cli.common import RelinkOutOption, StateOption, app, err, one_line_
 from streams.config import Settings
 from streams.core.model import Stage
 from streams.core.relink import Change, Cutoff, Pair
+from streams.reporting.inert import inert
 
 SHOWN = 200
 """Changes listed in the table; the rest are counted."""
@@ -120,7 +121,7 @@ def _table(changes: list[Change], dry_run: bool) -> Table:
         )
         now = f"{link.verdict} of {link.canonical_id}" if link.canonical_id != change.doc_id else str(link.verdict)
         why = change.reason if change.follows is None else f"follows {change.follows}"
-        table.add_row(change.doc_id, str(was), now, change.decided_by, why)
+        table.add_row(*(inert(str(cell)) for cell in (change.doc_id, was, now, change.decided_by, why)))
     if len(changes) > SHOWN:
         table.caption = f"and {len(changes) - SHOWN} more"
     return table

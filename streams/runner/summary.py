@@ -10,6 +10,7 @@ import numpy as np
 from rich.table import Table
 
 from streams.core.model import Link, Stage, Verdict
+from streams.reporting.inert import inert
 
 QUANTILES = (0.0, 0.5, 0.9, 1.0)
 
@@ -115,7 +116,7 @@ class RunStats:
             )
         if self.seconds["embed"]:
             table.add_row("embedding", "", "", f"{self.seconds['embed']:.2f}")
-        table.add_row("largest group", str(self.largest_group), self.largest_group_id or "", "")
+        table.add_row("largest group", str(self.largest_group), inert(self.largest_group_id or ""), "")
         if self.expired:
             table.add_row("expired (past retention)", str(self.expired), "", f"{self.seconds['expire']:.2f}")
         return table
