@@ -191,3 +191,28 @@ def test_articles_a_kill_kept_from_deduped_jsonl_are_owed_until_a_run_reads_thei
     assert stats.owed == []
     assert [article["id"] for article in _lines(paths.deduped)] == ["a", "x", "c"]
     assert [line["doc_id"] for line in _lines(paths.links)] == ["a", "x", "c", "b", "y"]
+
+
+def test_an_owed_article_whose_document_a_person_linked_since_is_owed_no_more(tmp_path: Path) -> None:
+    """As above, with the owed article a document under review (the next day's report of a template, sent to
+    review by the figure check), and before a run reads it again a person labels it a duplicate of the first
+    (`dedup relink`): it publishes nothing now, so the run that reads it owes nothing more. The state had kept
+    it owed for good, and every run said so."""
+    from tests.test_figure_check import T0 as MARKET_T0
+    from tests.test_figure_check import market_lines
+
+    settings = Settings(stages=[Stage.URL, Stage.CONTENT, Stage.SIMHASH], simhash={"figure_check": "review"})
+    first, second = market_lines()
+    today = tmp_path / "today.jsonl"
+    paths = _paths(tmp_path / "out")
+    today.write_bytes(first + b"\n")
+    run(settings, [str(today)], paths)
+    today.write_bytes(second + b"\n")
+    assert _run_in_chunks(settings, str(today), paths, 10, ("links-handed", 1)) == KILLED
+    assert [(r["doc_id"], r["verdict"]) for r in _lines(paths.links)] == [("r0", "unique"), ("r1", "review")]
+    _write(today, [_article("y", "https://y.example.com/1", TEXT_B, MARKET_T0 + 2 * DAY)])
+    assert run(settings, [str(today)], paths).owed == ["r1"]
+    relink_files(paths.state, paths.out, decisions=[Label("r1", "r0", True)])
+    (tmp_path / "day2.jsonl").write_bytes(second + b"\n")
+    assert run(settings, [str(tmp_path / "day2.jsonl")], paths).owed == []
+    assert [article["id"] for article in _lines(paths.deduped)] == ["r0", "y"]

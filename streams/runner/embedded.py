@@ -259,7 +259,8 @@ def refuse_a_stopped_command(paths: RunPaths, state: SqliteStateStore, command: 
         if stopped == command and path.parent.resolve() == paths.out.resolve():
             continue
         raise ValueError(
-            f"{_described(stopped, path.parent)} was stopped before it completed (a kill, a crash): {path} holds"
+            f"{_described(stopped, path.parent)} was stopped before it completed (a kill, a crash), or the state"
+            f" folder is older than its outputs (a backup put back): {path} holds"
             f" {past:,} bytes of records past the state's last commit, which the state has not taken in. Run that"
             " command again first, then this one; if it cannot be (its input is gone), rebuild the state folder"
             " from its links files with `dedup replay` (into a new folder, then put in place of this one), which"
@@ -630,9 +631,11 @@ class _Run:
                 self._journal.put_candidate(candidate)
         if decision.group_size is not None:
             self.stats.see_group(link.canonical_id, decision.group_size)
-        if link.publishes and (not decision.repeated or self._owed.get(link.doc_id) == doc.content_hash):
+        owed = decision.repeated and self._owed.get(link.doc_id) == doc.content_hash
+        if owed:  # its verdict is read: written if it still publishes (a relink may have linked it since)
+            del self._owed[link.doc_id]
+        if link.publishes and (not decision.repeated or owed):
             self._deduped.write(deduped_record(link, doc))
-            self._owed.pop(link.doc_id, None)
         if sum(output.held for output in self._outputs) > HELD_BYTES:
             for output in self._outputs:
                 output.flush()
