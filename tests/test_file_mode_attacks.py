@@ -4,6 +4,7 @@ per document, a group counts each member once, a command on files ends)."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -304,3 +305,48 @@ def test_a_report_of_one_links_file_given_twice_is_refused(sample_out: Path) -> 
     result = _dedup("report", links, links)
     assert result.returncode == 2, result.stderr
     assert f"input {links} is {links} again" in result.stderr, result.stderr
+
+
+def _chained_links(tmp_path: Path) -> tuple[str, RunPaths]:
+    """a, its content copy a2, and b; then b's line edited by hand into a duplicate of a2 (itself a duplicate of
+    a): a chain, which no run writes."""
+    t0 = int(time.time()) - 3600
+    records = [
+        _article("a", "https://a.example.com/1", TEXT_A, t0),
+        _article("a2", "https://a2.example.com/1", TEXT_A, t0 + 1),
+        _article("b", "https://b.example.com/1", TEXT_B, t0 + 2),
+    ]
+    source = _write(tmp_path / "in.jsonl", records)
+    paths = RunPaths(out=tmp_path / "out", state=tmp_path / "out" / "state")
+    run(Settings(stages=CHEAP), [source], paths)
+    lines = _read(paths.links)
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in lines][1] == ("a2", "duplicate", "a")
+    lines[2].update(verdict="duplicate", canonical_id="a2", stage="simhash", score=3)
+    paths.links.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
+    return source, paths
+
+
+def test_a_chain_in_a_links_file_is_skipped_by_its_replay_as_by_the_topics(tmp_path: Path) -> None:
+    """`dedup replay` of the links topic skips a link to a document that is no canonical ("a chain"); the replay
+    of a links file restored it, and its state held b as a duplicate of a duplicate."""
+    _, paths = _chained_links(tmp_path)
+    stats = replay_files([str(paths.links)], tmp_path / "replayed", band_layout=Settings().simhash.band_layout)
+    assert stats.bad == [f"{paths.links}:3: its canonical a2 is no canonical (duplicate of a): a chain"], stats.bad
+    with closing(sqlite3.connect(tmp_path / "replayed" / "state.sqlite3")) as db:
+        assert db.execute("SELECT doc_id FROM verdicts WHERE doc_id = 'b'").fetchall() == []
+
+
+def test_a_chain_in_a_lost_states_links_file_is_not_taken_in_and_its_document_is_decided_again(
+    tmp_path: Path,
+) -> None:
+    """The same file, and the state folder lost: the run that takes the file in skips the chain as the replay does,
+    so b is decided again (a canonical, its line written), never held as a duplicate of a duplicate."""
+    source, paths = _chained_links(tmp_path)
+    shutil.rmtree(paths.state)
+    run(Settings(stages=CHEAP), [source], paths)
+    lines = _read(paths.links)
+    assert [(r["doc_id"], r["verdict"], r["canonical_id"]) for r in lines][3:] == [("b", "unique", "b")]
+    with closing(sqlite3.connect(paths.state / "state.sqlite3")) as db:
+        assert db.execute("SELECT verdict, canonical_id FROM verdicts WHERE doc_id = 'b'").fetchall() == [
+            ("unique", "b")
+        ]

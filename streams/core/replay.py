@@ -154,6 +154,18 @@ def restore(
     return True
 
 
+def chain(link: Link, verdict_of: Callable[[str], Link | None]) -> str | None:
+    """Why restoring `link` would make a chain: it links to a document that the state (`verdict_of`) holds as no
+    canonical, which no run writes (a line edited by hand, or another state's); None when it does not. A canonical
+    whose verdict has expired is still the one its keys name."""
+    if link.verdict.canonical:
+        return None
+    target = verdict_of(link.canonical_id)
+    if target is None or target.verdict.canonical:
+        return None
+    return f"its canonical {link.canonical_id} is no canonical ({target.verdict} of {target.canonical_id}): a chain"
+
+
 def _leave(old: Link, recorded: Recorded, state: StateStore, vectors: VectorStore | None) -> None:
     """Undo what the document's earlier verdict left in the state, as far as its new one differs."""
     if old.verdict is Verdict.DUPLICATE:

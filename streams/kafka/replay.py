@@ -65,7 +65,7 @@ from streams.config import RetentionSettings, Settings
 from streams.core.cascade import CONTENT_KEY, URL_KEY
 from streams.core.model import Link, ModelId, Verdict
 from streams.core.ports import Reads, VectorStore
-from streams.core.replay import Recorded, ReplayStats, restore
+from streams.core.replay import Recorded, ReplayStats, chain, restore
 from streams.features.bands import DEFAULT, BandLayout
 from streams.kafka.journal import read_to_end
 from streams.records.article import parse_rfc3339
@@ -654,14 +654,8 @@ class Restorer:
         return again is not None and self.state.stale(self.state.keep.exact, member.published_at, again.verdict_stamp)
 
     def _chained(self, link: Link) -> str | None:
-        """Why `link` would make a chain (it links to a document that is no canonical in the snapshot, as the
-        batch has left it so far); None when it does not."""
-        if link.verdict.canonical:
-            return None
-        target = self._batched.verdict_of(link.canonical_id)
-        if target is None or target.verdict.canonical:
-            return None  # one whose verdict has expired is still the canonical its keys name, as the store says
-        return f"its canonical {link.canonical_id} is no canonical ({target.verdict} of {target.canonical_id}): a chain"
+        """Why `link` would make a chain in the snapshot, as the batch has left it so far (`chain`)."""
+        return chain(link, self._batched.verdict_of)
 
 
 def replay_links(

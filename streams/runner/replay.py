@@ -93,6 +93,9 @@ def replay_files(
                         stats.bad.append(f"{source}:{line.line_no}: {why}")
                         continue
                     first = False
+                    if (why := restorer.chained(recorded)) is not None:
+                        stats.bad.append(f"{source}:{line.line_no}: {why}")
+                        continue
                     with interrupts:  # a link is restored whole, journal record and all, or not at all
                         if restorer.take(record, recorded):
                             stats.restored += 1

@@ -12,7 +12,7 @@ import orjson
 
 from streams.config import RetentionSettings
 from streams.core.model import clamped
-from streams.core.replay import Recorded, restore
+from streams.core.replay import Recorded, chain, restore
 from streams.records.output import read_link_record
 from streams.runner.jsonl import not_continued
 from streams.stores.journal import Journal
@@ -52,6 +52,10 @@ class LinkRestorer:
         return self._state.verdict_expired(recorded.verdict_stamp) and (
             self._journal.link(recorded.link.doc_id, self._state.journal_mark) is not None
         )
+
+    def chained(self, recorded: Recorded) -> str | None:
+        """Why this link would make a chain in the state (`chain`): skipped, as `dedup replay` of a topic skips it."""
+        return chain(recorded.link, self._state.verdict_of)
 
     def take(self, record: dict[str, Any], recorded: Recorded) -> bool:
         """Restore one record (the state's clock moved to it first, as the cascade moves it); False when the state
@@ -169,6 +173,8 @@ def take_in_outputs(
             recorded = read_link_record(record)
         except LINK_ERRORS:
             continue  # no link this release can restore: `dedup replay` skips it the same way
+        if restorer.chained(recorded) is not None:
+            continue  # as `dedup replay` skips it: the run decides the document again
         doc_id = recorded.link.doc_id
         found.add(doc_id)
         content = record.get("content_hash")
