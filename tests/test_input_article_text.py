@@ -64,3 +64,27 @@ def test_a_body_given_by_the_crawler_is_not_held_to_the_minimum() -> None:
 def test_a_negative_minimum_is_refused() -> None:
     with pytest.raises(ValueError, match="min_html_text_chars"):
         Settings(min_html_text_chars=-1)
+
+
+@pytest.mark.parametrize(
+    "reference", ["&#12;", "&#11;", "&#x1F;", "&#1;", "&#xFFFE;", "&#xFFFF;", "&#x0c", "&#00000000000012;"]
+)
+def test_a_control_character_written_as_a_reference_does_not_lose_the_article(reference: str) -> None:
+    """A form feed pasted from a word processor, kept as `&#12;`: lxml's HTML parser puts the character in the
+    text, trafilatura's fallback writes that text back to an element, lxml refuses a string XML forbids, and
+    trafilatura returned nothing: the whole article rejected as "no article text found in html". The page is
+    read as the same page without the character, and so is a copy of it as a body."""
+    paragraphs = [
+        f"Paragraph {i} of the article: the cyclone approached the southern coast on Tuesday, officials urged"
+        " residents to stay indoors and ferry services were suspended across the districts until further notice."
+        for i in range(12)
+    ]
+    article = "".join(f"<p>{p}</p>" for p in paragraphs[:6]) + f"<p>Page break{reference} here.</p>"
+    article += "".join(f"<p>{p}</p>" for p in paragraphs[6:])
+    featurizer = Featurizer(Settings(stages=["url", "content", "simhash"]))
+    held = _parse(featurizer, "https://one.example/2026/a", _page("News", f"<article>{article}</article>"))
+    clean = _parse(
+        featurizer, "https://two.example/2026/a", _page("News", f"<article>{article.replace(reference, ' ')}</article>")
+    )
+    assert isinstance(held, Document), held
+    assert isinstance(clean, Document) and held.content_hash == clean.content_hash
