@@ -411,7 +411,8 @@ def run(
         noted = state.output_marks()
         marks = [0 if fresh else noted.get(p.resolve(), 0) for p in (paths.links, paths.deduped, paths.candidates)]
         # In the order they are handed to the files (each commit, past HELD_BYTES, closing): a document's candidate
-        # line, its link line, its article.
+        # line, its link line, its article. Opened before the links past the mark are taken in: a file with a line
+        # that is no JSON object is refused before any of its lines is (`take_in_outputs`).
         outputs = (
             JsonlOutput(paths.rejected, lambda record: record, fresh=fresh),
             JsonlOutput(paths.candidates, candidate_identity, fresh=fresh, committed=marks[2], held=True),

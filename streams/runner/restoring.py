@@ -14,7 +14,6 @@ from streams.config import RetentionSettings
 from streams.core.model import clamped
 from streams.core.replay import Recorded, chain, restore
 from streams.records.output import read_link_record
-from streams.runner.jsonl import not_continued
 from streams.stores.journal import Journal
 from streams.stores.sqlite import SqliteStateStore
 
@@ -105,19 +104,6 @@ def _past_mark(path: Path, span: tuple[int, int]) -> Iterator[bytes]:
                 yield line
 
 
-def _line_number(path: Path, offset: int) -> int:
-    """The 1-based number of the line of `path` that starts at byte `offset`."""
-    lines = 1
-    with open(path, "rb") as handle:
-        while offset > 0:
-            chunk = handle.read(min(offset, 1 << 20))
-            if not chunk:
-                break
-            lines += chunk.count(b"\n")
-            offset -= len(chunk)
-    return lines
-
-
 def take_in_outputs(
     links: Path,
     candidates: Path,
@@ -147,29 +133,20 @@ def take_in_outputs(
     in `owed` (id: content hash): a kill came between the links' hand-over to their file and the articles'. The run
     writes it when it reads the document; until one does, it is owed, not lost (the state notes it).
 
-    A line that is no JSON object stops it with `JsonlOutput`'s refusal of the file (fix or delete that line), after
-    it has committed what came before that line and before it takes in anything after it: fixed, the line is taken
-    in in its place, as `dedup replay` would restore it.
+    The file is opened as the run's output first (`JsonlOutput`), which refuses one with a line that is no JSON
+    object (fix or delete that line) before any line is taken in: taken in up to it, the line, once fixed, would be
+    restored after the lines that follow it (its verdict and keys stamped later than `dedup replay` stamps them).
     """
     found: set[str] = set()
     restored = done = number = 0
     span = _span(links, marks)
     total = span[1] - span[0]
     for number, line in enumerate(_past_mark(links, span), start=1):
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
-            # The file cannot be continued (`JsonlOutput` refuses it): stop before any line past this one is
-            # taken in, or the line, once fixed, would be restored after them (its verdict and keys stamped later).
-            if found:
-                commit()
-            raise not_continued(links, _line_number(links, span[0] + done))
         done += len(line)
         if on_bytes is not None and number % PROGRESS_LINES == 0:
             on_bytes(number, done, total)
         try:
+            record = orjson.loads(line)
             recorded = read_link_record(record)
         except LINK_ERRORS:
             continue  # no link this release can restore: `dedup replay` skips it the same way
