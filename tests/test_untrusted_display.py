@@ -229,32 +229,13 @@ def test_report_survives_an_out_of_range_score(tmp_path: Path, output: str, scor
     assert report.returncode == 0, report.stderr[-400:]
 
 
-def _review_run(folder: Path, ids: list[str]) -> Path:
-    """A canonical, a near-duplicate, then a third near-duplicate that goes to review (a group cap of 2)."""
-    bodies = [BASE] + [BASE.replace(*EDITS[i]) for i in range(len(ids) - 1)]
-    records = [
-        {"id": d, "url": f"https://site{i}.example/story", "title": "Budget", "body": b, "language": "en",
-         "published_at": f"2026-03-03T1{i}:00:00Z"}
-        for i, (d, b) in enumerate(zip(ids, bodies, strict=True))
-    ]  # fmt: skip
-    stream = write_jsonl(folder / "stream.jsonl", records)
-    (folder / "cap.toml").write_text("group_cap = 2\n", encoding="utf-8")
-    out = folder / "out"
-    done = dedup("run", str(stream), "--out", str(out), "-q", "--stages", "url,content,simhash",
-                 "--config", str(folder / "cap.toml"))  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    verdicts = {r["doc_id"]: r["verdict"] for r in map(orjson.loads, (out / "links.jsonl").read_bytes().splitlines())}
-    assert verdicts[ids[2]] == "review", verdicts
-    return out
-
-
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_relink_shows_no_bidi_override_from_a_document_id(tmp_path: Path, dry_run: bool) -> None:
     """`dedup report` and the review screen show U+202E as a stand-in; the table of changes `dedup relink` prints
     (or would make) wrote the crawl's id raw, and so did its "not changed" lines: `invoice\\u202efdp.exe` read as
     `invoiceexe.pdf`, and the override ran on over the rest of the row."""
     spoof = "invoice\u202efdp.exe"
-    out = _review_run(tmp_path, ["canonical", "edit-1", spoof])
+    out = simhash_review_run(tmp_path, ["canonical", "edit-1", spoof])
     labels = [
         {"a": spoof, "b": "canonical", "label": False},  # a change: a row of the table
         {"a": "edit-1", "b": spoof, "label": True},  # refused ("not changed"): edit-1 is in canonical's group
