@@ -153,12 +153,16 @@ def _links(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def test_articles_a_kill_kept_from_deduped_jsonl_are_owed_until_a_run_reads_their_documents(tmp_path: Path) -> None:
+@pytest.mark.parametrize("later", ["the same folder", "another folder"])
+def test_articles_a_kill_kept_from_deduped_jsonl_are_owed_until_a_run_reads_their_documents(
+    tmp_path: Path, later: str
+) -> None:
     """A daily job writes the day's articles to one file and runs one command on it. Day 2 is killed once its links
     reached links.jsonl and before its articles reached deduped.jsonl. Day 3, the same command on that day's
     articles, takes in day 2's links, so c is a canonical whose article deduped.jsonl lacks, and it never reads c:
-    the article must not be lost without a word. Every run says which articles it owes (and the command exits 1)
-    until one reads their documents and writes them."""
+    the article must not be lost without a word. Every run with this state says which articles it owes (and the
+    command exits 1) until one reads their documents and writes them: into its own output folder, which may be
+    another (`dedup run day2.jsonl --state out/state --out out2/`, the README's incremental run)."""
     from typer.testing import CliRunner
 
     from streams.cli import app
@@ -181,15 +185,15 @@ def test_articles_a_kill_kept_from_deduped_jsonl_are_owed_until_a_run_reads_thei
     assert [article["id"] for article in _lines(paths.deduped)] == ["a", "x"]
     _write(today, [_article("y", "https://y.example.com/1", TEXT_B, T0 + 2 * DAY)])
     assert run(settings, [str(today)], paths).owed == ["c"]
-    said = CliRunner().invoke(
-        app, ["run", str(today), "--out", str(paths.out), "--stages", "url,content,simhash", "-q"]
-    )
+    after = paths if later == "the same folder" else RunPaths(out=tmp_path / "out2", state=paths.state)
+    cli = ["run", str(today), "--out", str(after.out), "--state", str(paths.state), "--stages", "url,content,simhash"]
+    said = CliRunner().invoke(app, [*cli, "-q"])
     assert said.exit_code == 1 and "deduped.jsonl lacks the articles of 1 canonical" in said.output, said.output
     assert "c" in said.output.split("canonical", 1)[1]
     _write(tmp_path / "day2.jsonl", day2)  # day 2's file again
-    stats = run(settings, [str(tmp_path / "day2.jsonl")], paths)
+    stats = run(settings, [str(tmp_path / "day2.jsonl")], after)
     assert stats.owed == []
-    assert [article["id"] for article in _lines(paths.deduped)] == ["a", "x", "c"]
+    assert [article["id"] for article in _lines(after.deduped)] == (["a", "x", "c"] if after is paths else ["c"])
     assert [line["doc_id"] for line in _lines(paths.links)] == ["a", "x", "c", "b", "y"]
 
 

@@ -94,7 +94,7 @@ def run_command(
         err.print(stats.table())
         err.print(f"wrote {paths.links}, {paths.deduped}, {paths.rejected}, {paths.candidates}", highlight=False)
     if stats.owed:
-        err.print(tagged("error:", "red", owed_articles(paths.deduped, stats.owed)), soft_wrap=True)
+        err.print(tagged("error:", "red", owed_articles(stats.owed)), soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -318,14 +318,15 @@ SHOWN_OWED = 10
 """Ids of owed articles a message names."""
 
 
-def owed_articles(deduped: Path, owed: Sequence[str]) -> str:
-    """What a run says while deduped.jsonl owes articles (`_Run._owed`), and what to do."""
+def owed_articles(owed: Sequence[str]) -> str:
+    """What a run says while the state owes articles (`_Run._owed`), and what to do. They are the state's, not an
+    output folder's: a run into another folder with this state (an incremental run) writes them there."""
     shown = orjson.dumps(list(owed[:SHOWN_OWED])).decode() + (" and more" if len(owed) > SHOWN_OWED else "")
     return (
-        f"{deduped} lacks the articles of {len(owed):,} canonical{'s' if len(owed) != 1 else ''} that links.jsonl"
-        f" publishes, {shown}: a run was stopped after their links were written and before their articles were."
-        " Run dedup run into this folder on an input that holds them (the stopped run's): it writes them. Until"
-        " one does, every run says so"
+        f"deduped.jsonl lacks the articles of {len(owed):,} canonical{'s' if len(owed) != 1 else ''} that this"
+        f" state's links.jsonl publishes, {shown}: a run was stopped after their links were written and before"
+        " their articles were. Run dedup run with this state on an input that holds them (the stopped run's): it"
+        " writes them to its deduped.jsonl. Until one does, every run with this state says so"
     )
 
 
