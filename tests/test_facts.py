@@ -159,6 +159,17 @@ def test_names_are_not_compared_across_languages(ntrex: list[NtrexDocument]) -> 
 # ----------------------------------------------------------------------------- disagreeing
 
 
+def test_a_score_that_ends_a_sentence_or_a_clause_is_a_score() -> None:
+    """`won 2-1.` and `won 2-1, then` state a score; a digit after the dot or comma makes it something else. A
+    score before a full stop was read as two numbers: a report of another result (a translation with `২-১`)
+    stated no score to compare, and was linked."""
+    assert extract_facts("Chelsea led 1-0.").scores == ("1-0",)
+    assert extract_facts("Chelsea won 2-1, then lost.").scores == ("2-1",)
+    assert extract_facts("রিয়াল ২-১ গোলে জিতেছে।").scores == ("2-1",)
+    assert extract_facts("a 2-1.5 ratio").scores == ()
+    assert disagreement(extract_facts("Chelsea led 1-0."), extract_facts("চেলসি ২-১ গোলে এগিয়ে ছিল।")) is not None
+
+
 def test_two_different_matches_disagree_with_a_reason(ntrex: list[NtrexDocument]) -> None:
     en, _ = _ntrex_line(ntrex, "Chelsea led 1-0 at halftime")
     other = en.replace("1-0", "2-0").replace("25th", "40th")

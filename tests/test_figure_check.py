@@ -121,6 +121,8 @@ _ALPHABET = "0123456789 -.,:%aZ\n" + "".join(chr(0x09E6 + k) for k in range(10))
     [
         ("Tigers won 3-1 in 2025.", "Tigers won 2-0 in 2025.", "scores"),
         ("Tigers won 3-1 in 2025.", "Tigers won 1-3 in 2025.", None),  # a score reads the same either way round
+        ("Tigers won 3-1.", "Tigers won 2-1.", "scores"),  # a score before a full stop, or a comma, is one
+        ("Tigers won 3-1, then", "Tigers won 2-1, then", "scores"),
         ("The 2025 budget: Tk 7,97,000 crore", "The 2026 budget: Tk 7,97,000 crore", "years 2025 vs 2026"),
         ("Prices rose 12.5 percent to 6,234", "Prices rose 8.3 percent to 6,226", "other figures"),
         ("Prices rose 12.5 percent to 6,234", "Prices rose 12.5 percent to 6234", None),  # a thousands separator

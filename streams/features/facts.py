@@ -133,8 +133,9 @@ _WEEKDAY = re.compile(
     r"\b(?P<en>Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)s?\b"
     rf"|(?P<bn>{_alternation(_bn(w) for w in _WEEKDAYS_BN)}){_BN_SUFFIX}(?![{_BN_LETTER}])"
 )
-_SCORE = re.compile(r"(?<![\d.,:/-])(\d{1,2})(?: ?- ?|:)(\d{1,2})(?![\d.,:/%]|-\d|\s?(?:per|%))")
-"""`3-1`, `3 - 1` and `3:1`; a colon with two digits after it (`2:10`) is a clock time, dropped before."""
+_SCORE = re.compile(r"(?<![\d.,:/-])(\d{1,2})(?: ?- ?|:)(\d{1,2})(?![\d:/%]|[.,]\d|-\d|\s?(?:per|%))")
+"""`3-1`, `3 - 1` and `3:1`, also before a full stop or a comma (`won 2-1.`), not before a digit after one (`2-1.5`);
+a colon with two digits after it (`2:10`) is a clock time, dropped before."""
 _CURRENCY_WORD = r"(?:Tk|TK|Rs|BDT|INR|USD)\.?"
 """Currency words written before an amount, with or without a space (`Tk5,000 crore`, `Rs. 500`)."""
 _AFTER_CURRENCY_WORD = re.compile(rf"(?<![A-Za-z]){_CURRENCY_WORD}\s?$")

@@ -120,8 +120,8 @@ def _cut(buffer: np.ndarray, start: int, end: int, max_chars: int) -> int:
 @njit(cache=True)
 def _score_second(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> tuple[int, int]:
     """The second figure of a score at byte `i`, as facts.py reads one: one or two digits followed by no digit,
-    '.', ',', ':', '/', '%' (nor ' %') and no '-' and digit (the `12-2025` of a date); its value and the byte
-    after it, or (-1, i)."""
+    ':', '/', '%' (nor ' %'), no '.' or ',' and digit (`2-1.5`; `won 2-1.` is a score) and no '-' and digit (the
+    `12-2025` of a date); its value and the byte after it, or (-1, i)."""
     value, width = _digit_at(buffer, i, end, digits)
     if value < 0:
         return -1, i
@@ -134,9 +134,9 @@ def _score_second(buffer: np.ndarray, i: int, end: int, digits: np.ndarray) -> t
         return -1, i
     if j < end:
         after = buffer[j]
-        if after in (_DOT, _COMMA, _COLON, _SLASH, _PERCENT):
+        if after in (_COLON, _SLASH, _PERCENT):
             return -1, i
-        if after == _HYPHEN and _digit_at(buffer, j + 1, end, digits)[0] >= 0:
+        if after in (_DOT, _COMMA, _HYPHEN) and _digit_at(buffer, j + 1, end, digits)[0] >= 0:
             return -1, i
         if after == _SPACE and j + 1 < end and buffer[j + 1] == _PERCENT:
             return -1, i
