@@ -72,7 +72,9 @@ def _copies(count: int, rng: random.Random) -> list[dict[str, Any]]:
                 record["url"] = f"https://mirror{copy}.example.net/{story}"
             else:
                 record["url"] = f"https://edit{copy}.example.org/{story}"
-                record["body"] = original["body"].replace(",", ";", copy)  # a different text, the same words
+                # a different text, the same words and figures (a clause's comma, never a thousands separator:
+                # 6;234 states other figures than 6,234, which stage 3's figure check may keep apart)
+                record["body"] = original["body"].replace(", ", "; ", copy)
             out.append(record)
     rng.shuffle(out)
     return out
